@@ -1,0 +1,1 @@
+"""People, their roles, and what each role may do."""

@@ -1,0 +1,26 @@
+"""DRF permission: reads need any role, writes need the action the view declares."""
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+from controlplane.accounts.roles import Action
+
+
+class HasRole(BasePermission):
+    """Views name `required_action` (a string for every write, or a dict keyed by HTTP method); reads need `view`."""
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        action = required_action(view, request)
+        # A write whose view declares no action is refused rather than silently allowed.
+        return action is not None and user.can(action)
+
+
+def required_action(view, request) -> str | None:
+    declared = getattr(view, "required_action", None)
+    if isinstance(declared, dict):
+        declared = declared.get(request.method)
+    if declared:
+        return declared
+    return Action.VIEW if request.method in SAFE_METHODS else None

@@ -1,0 +1,43 @@
+"""Roles and the one map from action to the roles allowed to perform it."""
+
+from django.db import models
+
+
+class Role(models.TextChoices):
+    AGENT = "agent", "Agent (customer service / tuning)"
+    ONCALL = "oncall", "On-call engineer"
+    SRE = "sre", "SRE"
+    ADMIN = "admin", "Administrator"
+
+
+class Action(models.TextChoices):
+    VIEW = "view"
+    TEMPLATE_WRITE = "template.write"
+    WHITELIST_WRITE = "whitelist.write"
+    POOL_WRITE = "pool.write"
+    POOL_PUBLISH = "pool.publish"
+    POOL_ROLLBACK = "pool.rollback"
+    PRODUCTION_OVERRIDE = "pool.production_override"
+    ALERT_RESPOND = "alert.respond"
+    USER_MANAGE = "user.manage"
+    NODE_CREDENTIALS = "node.credentials"
+
+
+_ALL = frozenset(Role)
+# Admin holds every action: the person who hands out roles can always act in an emergency.
+PERMISSIONS: dict[str, frozenset[str]] = {
+    Action.VIEW: _ALL,
+    Action.TEMPLATE_WRITE: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    Action.WHITELIST_WRITE: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    Action.POOL_WRITE: frozenset({Role.SRE, Role.ADMIN}),
+    Action.POOL_PUBLISH: frozenset({Role.SRE, Role.ADMIN}),
+    Action.POOL_ROLLBACK: frozenset({Role.SRE, Role.ADMIN}),
+    Action.PRODUCTION_OVERRIDE: frozenset({Role.SRE, Role.ADMIN}),
+    Action.ALERT_RESPOND: frozenset({Role.ONCALL, Role.SRE, Role.ADMIN}),
+    Action.USER_MANAGE: frozenset({Role.ADMIN}),
+    Action.NODE_CREDENTIALS: frozenset({Role.SRE, Role.ADMIN}),
+}
+
+
+def role_allows(role: str | None, action: str) -> bool:
+    return role is not None and role in PERMISSIONS[action]

@@ -1,0 +1,46 @@
+"""Every REST route of the control plane, in one visible list under /api/v1/."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from controlplane.accounts import api as accounts
+from controlplane.audit import api as audit
+from controlplane.nodes import api as nodes
+from controlplane.params import api as params
+
+urlpatterns = [
+    path("auth/token/", accounts.TokenIssue.as_view(), name="token-issue"),
+    path("me/", accounts.Me.as_view(), name="me"),
+    path("users/", accounts.UserList.as_view(), name="user-list"),
+    path("users/<str:username>/", accounts.UserDetail.as_view(), name="user-detail"),
+    path("fields/", params.FieldSpecList.as_view(), name="field-list"),
+    path("validate/", params.DocumentValidate.as_view(), name="document-validate"),
+    path("templates/", params.TemplateList.as_view(), name="template-list"),
+    path("templates/<slug:name>/", params.TemplateDetail.as_view(), name="template-detail"),
+    path("templates/<slug:name>/versions/", params.TemplateVersionList.as_view(), name="template-version-list"),
+    path("templates/<slug:name>/import/", params.TemplateImport.as_view(), name="template-import"),
+    path("templates/<slug:name>/diff/", params.TemplateDiff.as_view(), name="template-diff"),
+    path(
+        "templates/<slug:name>/versions/<int:number>/",
+        params.TemplateVersionDetail.as_view(),
+        name="template-version-detail",
+    ),
+    path(
+        "templates/<slug:name>/versions/<int:number>/export/",
+        params.TemplateVersionExport.as_view(),
+        name="template-version-export",
+    ),
+    path("whitelists/", params.WhitelistList.as_view(), name="whitelist-list"),
+    path("whitelists/<slug:name>/", params.WhitelistDetail.as_view(), name="whitelist-detail"),
+    path("whitelists/<slug:name>/versions/", params.WhitelistVersionList.as_view(), name="whitelist-version-list"),
+    path("pools/", nodes.PoolList.as_view(), name="pool-list"),
+    path("pools/<slug:name>/", nodes.PoolDetail.as_view(), name="pool-detail"),
+    path("pools/<slug:name>/releases/", nodes.PoolReleaseList.as_view(), name="pool-release-list"),
+    path("pools/<slug:name>/publish/", nodes.PoolPublish.as_view(), name="pool-publish"),
+    path("pools/<slug:name>/rollback/", nodes.PoolRollback.as_view(), name="pool-rollback"),
+    path("pools/<slug:name>/rollback-preview/", nodes.PoolRollbackPreview.as_view(), name="pool-rollback-preview"),
+    path("audit/", audit.AuditList.as_view(), name="audit-list"),
+    path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+]

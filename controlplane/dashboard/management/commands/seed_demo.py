@@ -1,0 +1,66 @@
+"""Seed demo data: the seed's template as version 1, the `legal` whitelist, two pools, one user per role."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from controlplane.accounts.models import User
+from controlplane.accounts.roles import Role
+from controlplane.accounts.services import user_create
+from controlplane.nodes.models import Pool
+from controlplane.nodes.services import pool_create
+from controlplane.params.models import ParameterTemplate, Whitelist
+from controlplane.params.services.templates import template_create, template_import
+from controlplane.params.services.whitelists import whitelist_create
+
+SEED_YAML = Path(__file__).resolve().parents[3] / "params" / "fixtures" / "seed_inference_params.yaml"
+DEMO_PASSWORD_SUFFIX = "-demo-pass"
+
+
+class Command(BaseCommand):
+    help = "Create demo users, the seed template, the legal whitelist and the staging/prod-main pools (idempotent)."
+
+    def handle(self, *args, **options):
+        with transaction.atomic():
+            admin = self._users()
+            if not Whitelist.objects.filter(name="legal").exists():
+                whitelist_create(
+                    actor=admin,
+                    name="legal",
+                    description="Legal terms and policy questions keep the client's max_tokens.",
+                    scenarios=["legal", "legal_policy"],
+                    comment="seed: whitelist for legal clause queries",
+                )
+            if not ParameterTemplate.objects.filter(name="chat-default").exists():
+                template = template_create(
+                    actor=admin, name="chat-default", description="Customer-service chatbot (sales festival)"
+                )
+                template_import(
+                    actor=admin,
+                    template=template,
+                    text=SEED_YAML.read_text(encoding="utf-8"),
+                    fmt="yaml",
+                    base_number=None,
+                    comment="seed: operations manual template",
+                )
+            for name, is_production, description in [
+                ("staging", False, "Pre-production pool; every version runs here first."),
+                ("prod-main", True, "Production chatbot traffic."),
+            ]:
+                if not Pool.objects.filter(name=name).exists():
+                    pool_create(actor=admin, name=name, is_production=is_production, description=description)
+        self.stdout.write("Demo logins (user / password):")
+        for role in Role.values:
+            self.stdout.write(f"  {role:<7} {role} / {role}{DEMO_PASSWORD_SUFFIX}")
+
+    def _users(self) -> User:
+        admin = User.objects.filter(username=Role.ADMIN).first()
+        if admin is None:
+            # The first admin cannot be created by another admin; it is the only unaudited-by-actor write.
+            admin = user_create(actor=None, username=Role.ADMIN, password=Role.ADMIN + DEMO_PASSWORD_SUFFIX, role=Role.ADMIN)
+            User.objects.filter(pk=admin.pk).update(is_staff=True)
+        for role in Role.values:
+            if not User.objects.filter(username=role).exists():
+                user_create(actor=admin, username=role, password=role + DEMO_PASSWORD_SUFFIX, role=role)
+        return admin

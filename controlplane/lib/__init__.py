@@ -1,0 +1,1 @@
+"""Small helpers shared by every app of the control plane."""

@@ -1,0 +1,1 @@
+"""Pools of engine nodes and the template version each pool should run."""

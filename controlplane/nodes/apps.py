@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NodesConfig(AppConfig):
+    name = "controlplane.nodes"
+    label = "nodes"

@@ -1,0 +1,29 @@
+"""Live pool events for the dashboard: releases as they happen."""
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from controlplane.accounts.roles import Action
+from controlplane.lib import realtime
+
+FORBIDDEN = 4403
+
+
+class PoolEventsConsumer(AsyncJsonWebsocketConsumer):
+    """Joins the fleet group, or one pool's group when the URL names a pool."""
+
+    async def connect(self):
+        user = self.scope.get("user")
+        if not (user and user.is_authenticated and user.can(Action.VIEW)):
+            await self.close(code=FORBIDDEN)
+            return
+        pool = self.scope["url_route"]["kwargs"].get("pool")
+        self.group = realtime.pool_group(pool) if pool else realtime.fleet_group()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def pool_released(self, event):
+        await self.send_json(event)

@@ -1,0 +1,37 @@
+"""Reads about pools: their release timeline and the versions a rollback may return to."""
+
+from django.db.models import QuerySet
+
+from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.params.diff import FieldChange, params_diff
+from controlplane.params.models import TemplateVersion
+
+
+def pool_timeline(*, pool: Pool) -> QuerySet[PoolRelease]:
+    return pool.releases.select_related("version__template", "previous_version__template", "actor")
+
+
+def pool_rollback_targets(*, pool: Pool) -> list[TemplateVersion]:
+    """Versions this pool ran before, newest release first, without the current one."""
+    seen: dict[int, TemplateVersion] = {}
+    for release in pool_timeline(pool=pool):
+        for version in (release.version, release.previous_version):
+            if version is not None and version.pk != pool.desired_version_id and version.pk not in seen:
+                seen[version.pk] = version
+    return list(seen.values())
+
+
+def pool_previous_version(*, pool: Pool) -> TemplateVersion | None:
+    """What the pool ran before its current desired version, if anything."""
+    latest = pool_timeline(pool=pool).first()
+    return latest.previous_version if latest else None
+
+
+def version_reached_non_production(*, version: TemplateVersion) -> bool:
+    return PoolRelease.objects.filter(version=version, pool__is_production=False).exists()
+
+
+def pool_change_preview(*, pool: Pool, version: TemplateVersion) -> list[FieldChange]:
+    """What would change on the pool's nodes if `version` became desired."""
+    current = pool.desired_version.effective_params if pool.desired_version else {}
+    return params_diff(current, version.effective_params)

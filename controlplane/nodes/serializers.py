@@ -1,0 +1,63 @@
+"""API shapes of pools and their releases."""
+
+from rest_framework import serializers
+
+from controlplane.lib.serializers import StrictSerializer
+from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.params.serializers import FieldChangeSerializer
+
+
+class VersionRefField(serializers.Field):
+    def to_representation(self, version):
+        return {"template": version.template.name, "number": version.number, "hash": version.content_hash}
+
+
+class PoolSerializer(serializers.ModelSerializer):
+    desired_version = VersionRefField(allow_null=True)
+
+    class Meta:
+        model = Pool
+        fields = ["name", "description", "is_production", "desired_version", "created_at"]
+
+
+class PoolCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=64)
+    is_production = serializers.BooleanField()
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class ReleaseSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    version = VersionRefField()
+    previous_version = VersionRefField(allow_null=True)
+    actor = serializers.CharField(source="actor.username")
+
+    class Meta:
+        model = PoolRelease
+        fields = ["id", "pool", "kind", "version", "previous_version", "actor", "reason", "override_reason", "created_at"]
+
+
+class PublishSerializer(StrictSerializer):
+    template = serializers.CharField()
+    version = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(max_length=2000)
+    override_reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class RollbackSerializer(StrictSerializer):
+    """Without `template`/`version`, the pool returns to its previous version."""
+
+    template = serializers.CharField(required=False)
+    version = serializers.IntegerField(min_value=1, required=False)
+    reason = serializers.CharField(max_length=2000)
+
+    def validate(self, attrs):
+        if ("template" in attrs) != ("version" in attrs):
+            raise serializers.ValidationError({"version": ["give template and version together, or neither"]})
+        return attrs
+
+
+class PreviewSerializer(serializers.Serializer):
+    target = VersionRefField(allow_null=True)
+    needs_restart = serializers.BooleanField()
+    changes = FieldChangeSerializer(many=True)

@@ -1,0 +1,101 @@
+"""Every write to pools: creation, publishing a version, rolling back."""
+
+from django.db import IntegrityError, transaction
+
+from controlplane.accounts.roles import Action
+from controlplane.audit.services import audit_record, mutating_service
+from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug
+from controlplane.nodes import realtime
+from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
+from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.selectors import pool_previous_version, pool_rollback_targets, version_reached_non_production
+from controlplane.params.models import TemplateVersion
+
+
+@mutating_service
+def pool_create(*, actor, name: str, is_production: bool, description: str = "") -> Pool:
+    """A new pool with no desired version yet."""
+    check_slug("name", name)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                pool = Pool.objects.create(name=name, is_production=is_production, description=description)
+        except IntegrityError:
+            raise Conflict(f"name: a pool named {name!r} already exists") from None
+        audit_record(
+            actor=actor, action="pool.create", target=pool, after={"name": name, "is_production": is_production}
+        )
+    return pool
+
+
+@mutating_service
+def pool_publish(
+    *, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = ""
+) -> PoolRelease:
+    """Make `version` the pool's desired version; production needs a prior non-production release or an override."""
+    reason = _required_text("reason", reason)
+    with transaction.atomic():
+        locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        if locked.desired_version_id == version.pk:
+            raise Conflict(f"version: {version} is already the desired version of {locked.name}")
+        override_reason = override_reason.strip()
+        if locked.is_production and not version_reached_non_production(version=version):
+            if not override_reason:
+                raise ProductionGateClosed(
+                    f"version: {version} has not been published to a non-production pool; "
+                    "publish it to staging first, or give override_reason",
+                )
+            if not actor.can(Action.PRODUCTION_OVERRIDE):
+                raise Forbidden("override_reason: only an SRE may skip the non-production stage")
+        elif not locked.is_production:
+            override_reason = ""
+        release = _release(locked, actor, PoolRelease.Kind.PUBLISH, version, reason, override_reason)
+    return release
+
+
+@mutating_service
+def pool_rollback(*, actor, pool: Pool, reason: str, version: TemplateVersion | None = None) -> PoolRelease:
+    """Return the pool to its previous version, or to `version` if it ran that one before."""
+    reason = _required_text("reason", reason)
+    with transaction.atomic():
+        locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        if version is None:
+            version = pool_previous_version(pool=locked)
+            if version is None:
+                raise NothingToRollBack(f"pool: {locked.name} has no earlier version to roll back to")
+        elif version.pk not in {v.pk for v in pool_rollback_targets(pool=locked)}:
+            raise InvalidField("version", f"{version} never ran on {locked.name}; publish it instead")
+        release = _release(locked, actor, PoolRelease.Kind.ROLLBACK, version, reason, "")
+    return release
+
+
+def _release(pool: Pool, actor, kind: str, version: TemplateVersion, reason: str, override_reason: str) -> PoolRelease:
+    previous = pool.desired_version
+    release = PoolRelease.objects.create(
+        pool=pool,
+        kind=kind,
+        version=version,
+        previous_version=previous,
+        actor=actor,
+        reason=reason,
+        override_reason=override_reason,
+    )
+    pool.desired_version = version
+    pool.save(update_fields=["desired_version"])
+    audit_record(
+        actor=actor,
+        action=f"pool.{kind}",
+        target=pool,
+        before={"desired_version": realtime.version_ref(previous)},
+        after={"desired_version": realtime.version_ref(version), "override_reason": override_reason or None},
+        reason=reason,
+    )
+    transaction.on_commit(lambda: realtime.pool_released(release))
+    return release
+
+
+def _required_text(field: str, value: str) -> str:
+    value = (value or "").strip()
+    if not value:
+        raise InvalidField(field, "required: say why")
+    return value

@@ -1,0 +1,1 @@
+"""Parameter templates, their immutable versions, and the whitelists they reference."""

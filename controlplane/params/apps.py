@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ParamsConfig(AppConfig):
+    name = "controlplane.params"
+    label = "params"

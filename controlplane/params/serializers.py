@@ -1,0 +1,123 @@
+"""API shapes of templates, versions and whitelists."""
+
+from rest_framework import serializers
+
+from controlplane.lib.serializers import StrictSerializer
+from controlplane.params import codec, schema
+from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist, WhitelistVersion
+
+
+class FieldSpecSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    kind = serializers.CharField()
+    apply = serializers.CharField()
+    default = serializers.JSONField()
+    help = serializers.CharField()
+    minimum = serializers.FloatField(allow_null=True)
+    maximum = serializers.FloatField(allow_null=True)
+    choices = serializers.ListField(child=serializers.CharField())
+    nullable = serializers.BooleanField()
+
+
+class TemplateSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ParameterTemplate
+        fields = ["name", "description", "latest_number", "created_at"]
+
+
+class TemplateCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class VersionSerializer(serializers.ModelSerializer):
+    template = serializers.CharField(source="template.name")
+    author = serializers.CharField(source="author.username")
+    base_version = serializers.IntegerField(source="base_number")
+    document = serializers.JSONField()
+    hash = serializers.CharField(source="content_hash")
+
+    class Meta:
+        model = TemplateVersion
+        fields = ["template", "number", "base_version", "author", "created_at", "comment", "hash", "document"]
+
+
+class VersionDetailSerializer(VersionSerializer):
+    fields_table = serializers.SerializerMethodField()
+
+    class Meta(VersionSerializer.Meta):
+        fields = VersionSerializer.Meta.fields + ["fields_table"]
+
+    def get_fields_table(self, version) -> list[dict]:
+        authored = schema.flatten(version.params)
+        values = schema.flatten(version.effective_params)
+        return [
+            {"path": f.path, "value": values[f.path], "apply": f.apply, "is_default": f.path not in authored}
+            for f in schema.FIELDS
+        ]
+
+
+class VersionCreateSerializer(StrictSerializer):
+    """A new version: either `document` as JSON, or `text` in `format` (yaml or json)."""
+
+    base_version = serializers.IntegerField(min_value=0, allow_null=True)
+    document = serializers.JSONField(required=False)
+    text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=False)
+    format = serializers.ChoiceField(choices=codec.FORMATS, required=False, default="yaml")
+    comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs):
+        if ("document" in attrs) == ("text" in attrs):
+            raise serializers.ValidationError({"document": ["give exactly one of document or text"]})
+        return attrs
+
+
+class ValidateSerializer(StrictSerializer):
+    document = serializers.JSONField(required=False)
+    text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=True)
+    format = serializers.ChoiceField(choices=codec.FORMATS, required=False, default="yaml")
+
+    def validate(self, attrs):
+        if ("document" in attrs) == ("text" in attrs):
+            raise serializers.ValidationError({"document": ["give exactly one of document or text"]})
+        return attrs
+
+
+class FieldChangeSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    old = serializers.JSONField()
+    new = serializers.JSONField()
+    apply = serializers.CharField()
+
+
+class WhitelistSerializer(serializers.ModelSerializer):
+    scenarios = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Whitelist
+        fields = ["name", "description", "latest_number", "scenarios", "created_at"]
+
+    def get_scenarios(self, whitelist) -> list[str]:
+        return whitelist.versions.get(number=whitelist.latest_number).scenarios
+
+
+class WhitelistCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    scenarios = serializers.JSONField()
+    comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class WhitelistVersionSerializer(serializers.ModelSerializer):
+    author = serializers.CharField(source="author.username")
+    base_version = serializers.IntegerField(source="base_number")
+
+    class Meta:
+        model = WhitelistVersion
+        fields = ["number", "base_version", "author", "created_at", "comment", "scenarios"]
+
+
+class WhitelistVersionCreateSerializer(StrictSerializer):
+    base_version = serializers.IntegerField(min_value=1)
+    scenarios = serializers.JSONField()
+    comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")

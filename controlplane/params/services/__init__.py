@@ -1,0 +1,1 @@
+"""Every write to templates, versions and whitelists."""
