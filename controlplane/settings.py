@@ -51,6 +51,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.dashboard.middleware.DomainErrorPageMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

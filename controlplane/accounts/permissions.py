@@ -21,6 +21,9 @@ def required_action(view, request) -> str | None:
     declared = getattr(view, "required_action", None)
     if isinstance(declared, dict):
         declared = declared.get(request.method)
+    elif request.method in SAFE_METHODS:
+        # A single declared action names what the view's writes need; its reads stay open to every role.
+        declared = None
     if declared:
         return declared
     return Action.VIEW if request.method in SAFE_METHODS else None

@@ -15,7 +15,7 @@ class MeSerializer(UserSerializer):
     allowed_actions = serializers.SerializerMethodField()
 
     class Meta(UserSerializer.Meta):
-        fields = UserSerializer.Meta.fields + ["allowed_actions"]
+        fields = [*UserSerializer.Meta.fields, "allowed_actions"]
 
     def get_allowed_actions(self, user) -> list[str]:
         return sorted(action for action in PERMISSIONS if user.can(action))

@@ -1,4 +1,4 @@
-"""The one DRF exception handler: every error body is {"error": ..., "detail": ...}."""
+"""The one DRF exception handler: every error body is {"error": ..., "detail": ...}, plus `code` for domain errors."""
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -11,7 +11,8 @@ from controlplane.lib.errors import DomainError
 
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
-        return Response({"error": exc.message, "detail": exc.detail}, status=exc.status_code)
+        # `code` is the stable name clients branch on (e.g. production_gate, stale_base_version).
+        return Response({"error": exc.message, "code": exc.code, "detail": exc.detail}, status=exc.status_code)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

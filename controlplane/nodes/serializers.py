@@ -34,7 +34,17 @@ class ReleaseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = PoolRelease
-        fields = ["id", "pool", "kind", "version", "previous_version", "actor", "reason", "override_reason", "created_at"]
+        fields = [
+            "id",
+            "pool",
+            "kind",
+            "version",
+            "previous_version",
+            "actor",
+            "reason",
+            "override_reason",
+            "created_at",
+        ]
 
 
 class PublishSerializer(StrictSerializer):

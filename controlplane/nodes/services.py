@@ -29,9 +29,7 @@ def pool_create(*, actor, name: str, is_production: bool, description: str = "")
 
 
 @mutating_service
-def pool_publish(
-    *, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = ""
-) -> PoolRelease:
+def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = "") -> PoolRelease:
     """Make `version` the pool's desired version; production needs a prior non-production release or an override."""
     reason = _required_text("reason", reason)
     with transaction.atomic():
@@ -47,7 +45,8 @@ def pool_publish(
                 )
             if not actor.can(Action.PRODUCTION_OVERRIDE):
                 raise Forbidden("override_reason: only an SRE may skip the non-production stage")
-        elif not locked.is_production:
+        else:
+            # Recorded only when the gate was actually skipped, so the timeline never shows a false override.
             override_reason = ""
         release = _release(locked, actor, PoolRelease.Kind.PUBLISH, version, reason, override_reason)
     return release

@@ -87,12 +87,17 @@ class TemplateImport(APIView):
     required_action = Action.TEMPLATE_WRITE
 
     @extend_schema(
-        request={"multipart/form-data": {"type": "object", "properties": {
-            "file": {"type": "string", "format": "binary"},
-            "format": {"type": "string", "enum": list(codec.FORMATS)},
-            "base_version": {"type": "integer"},
-            "comment": {"type": "string"},
-        }}},
+        request={
+            "multipart/form-data": {
+                "type": "object",
+                "properties": {
+                    "file": {"type": "string", "format": "binary"},
+                    "format": {"type": "string", "enum": list(codec.FORMATS)},
+                    "base_version": {"type": "integer"},
+                    "comment": {"type": "string"},
+                },
+            }
+        },
         responses={201: serializers.VersionDetailSerializer},
     )
     def post(self, request, name):
@@ -208,4 +213,3 @@ class WhitelistVersionList(generics.ListAPIView):
             comment=data["comment"],
         )
         return Response(serializers.WhitelistVersionSerializer(version).data, status=status.HTTP_201_CREATED)
-

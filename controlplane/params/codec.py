@@ -7,7 +7,7 @@ import yaml
 from django.conf import settings
 
 from controlplane.params.exceptions import DocumentInvalid
-from controlplane.params.schema import FieldError
+from controlplane.params.schema import ROOT, FieldError
 
 FORMATS = ("yaml", "json")
 
@@ -15,19 +15,32 @@ FORMATS = ("yaml", "json")
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
 
+    def __init__(self, stream):
+        super().__init__(stream)
+        # Dotted path of each mapping node, so a duplicate key is reported as e.g. `temperature.strict`.
+        self.paths: dict[yaml.Node, str] = {}
+
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict = {}
+    parent = loader.paths.get(node, "")
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        path = f"{parent}.{key}" if parent else str(key)
         if key in seen:
             mark = key_node.start_mark
             raise DocumentInvalid(
                 "document is not valid YAML",
-                errors=[FieldError(str(key), f"duplicate key at line {mark.line + 1}")],
+                errors=[FieldError(_field_path(path), f"duplicate key at line {mark.line + 1}")],
             )
+        loader.paths[value_node] = path
         seen[key] = loader.construct_object(value_node, deep=deep)
     return seen
+
+
+def _field_path(path: str) -> str:
+    """Paths inside the document root read like schema paths (`temperature.strict`)."""
+    return path.removeprefix(f"{ROOT}.")
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -41,7 +54,9 @@ def parse(text: str | bytes, fmt: str) -> Any:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise DocumentInvalid("document is not UTF-8", errors=[FieldError("(document)", "must be UTF-8 text")]) from None
+            raise DocumentInvalid(
+                "document is not UTF-8", errors=[FieldError("(document)", "must be UTF-8 text")]
+            ) from None
     limit = settings.TEMPLATE_MAX_BYTES
     size = len(text.encode("utf-8"))
     if size > limit:
@@ -50,13 +65,20 @@ def parse(text: str | bytes, fmt: str) -> Any:
             errors=[FieldError("(document)", f"must be at most {limit} bytes, got {size}")],
         )
     if fmt == "json":
+        duplicates: dict[int, tuple[dict, str]] = {}
         try:
-            return json.loads(text, object_pairs_hook=_json_object)
+            document = json.loads(text, object_pairs_hook=lambda pairs: _json_object(pairs, duplicates))
         except json.JSONDecodeError as exc:
             raise DocumentInvalid(
                 "document is not valid JSON",
                 errors=[FieldError("(document)", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")],
             ) from None
+        if duplicates:
+            path, key = _json_duplicate(document, duplicates, "")
+            raise DocumentInvalid(
+                "document is not valid JSON", errors=[FieldError(_field_path(path), f"duplicate key {key!r}")]
+            )
+        return document
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -69,13 +91,33 @@ def parse(text: str | bytes, fmt: str) -> Any:
         ) from None
 
 
-def _json_object(pairs: list[tuple[str, Any]]) -> dict:
+def _json_object(pairs: list[tuple[str, Any]], duplicates: dict[int, tuple[dict, str]]) -> dict:
+    """Build one object, noting its first repeated key; objects are built inside out, so paths come later."""
     obj: dict = {}
     for key, value in pairs:
         if key in obj:
-            raise DocumentInvalid("document is not valid JSON", errors=[FieldError(key, "duplicate key")])
+            # Holding `obj` keeps its id from being reused by a later object.
+            duplicates.setdefault(id(obj), (obj, key))
         obj[key] = value
     return obj
+
+
+def _json_duplicate(value: Any, duplicates: dict[int, tuple[dict, str]], path: str) -> tuple[str, str] | None:
+    """Dotted path of the first object (in document order) that repeated a key, and that key."""
+    if isinstance(value, dict):
+        if id(value) in duplicates:
+            key = duplicates[id(value)][1]
+            return (f"{path}.{key}" if path else key), key
+        children = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
+    elif isinstance(value, list):
+        children = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for child_path, child in children:
+        found = _json_duplicate(child, duplicates, child_path)
+        if found:
+            return found
+    return None
 
 
 def dump(document: dict, fmt: str) -> str:
@@ -105,7 +147,11 @@ def _scalar(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if isinstance(value, float):
+        text = repr(value)
+        # YAML 1.1 (PyYAML) reads `1e-05` as a string; `1.0e-05` is a float, as PyYAML itself writes it.
+        return text.replace("e", ".0e", 1) if "e" in text and "." not in text else text
+    if isinstance(value, int):
         return repr(value)
     # JSON string syntax is YAML's double-quoted scalar, escapes included.
     return json.dumps(value, ensure_ascii=False)

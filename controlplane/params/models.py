@@ -65,8 +65,13 @@ class TemplateVersion(ImmutableVersion):
         return f"{self.template.name} v{self.number}"
 
     @property
+    def ref(self) -> str:
+        """`template:number`, how forms and URLs name a version."""
+        return f"{self.template.name}:{self.number}"
+
+    @property
     def document(self) -> dict:
-        return {schema.ROOT: self.params}
+        return {schema.ROOT: schema.in_schema_order(self.params)}
 
     @property
     def effective_params(self) -> dict:

@@ -298,6 +298,20 @@ def effective(params: dict) -> dict:
     return doc
 
 
+def in_schema_order(params: dict) -> dict:
+    """Authored parameters with sections and fields in schema order (Postgres jsonb does not keep key order)."""
+    ordered: dict = {}
+    for spec in FIELDS:
+        section, key = spec.path.split(".", 1)
+        values = params.get(section) or {}
+        if key in values:
+            value = values[key]
+            if spec.kind == "tiers":
+                value = {label: value[label] for label in INTENT_LABELS if label in value}
+            ordered.setdefault(section, {})[key] = value
+    return ordered
+
+
 def flatten(params: dict) -> dict[str, Any]:
     return {f"{section}.{key}": value for section, values in params.items() for key, value in values.items()}
 
@@ -317,7 +331,7 @@ def validate(document: Any) -> tuple[dict, list[FieldError]]:
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        return {}, errors + [FieldError(ROOT, "must be a mapping of sections")]
+        return {}, [*errors, FieldError(ROOT, "must be a mapping of sections")]
     for section, values in params.items():
         if section not in SECTIONS:
             errors.append(FieldError(str(section), f"unknown section; expected one of {', '.join(SECTIONS)}"))
@@ -460,9 +474,7 @@ def _check_cross_fields(p: dict) -> list[FieldError]:
     if mt["hard_ceiling"] < mt["default"]:
         errors.append(FieldError("max_tokens.hard_ceiling", f"must be at least max_tokens.default ({mt['default']})"))
     if not temp["strict"] <= temp["normal"] <= temp["creative"]:
-        errors.append(
-            FieldError("temperature", "tiers must be ordered: strict <= normal <= creative")
-        )
+        errors.append(FieldError("temperature", "tiers must be ordered: strict <= normal <= creative"))
     if deg["exit_threshold"] >= deg["load_threshold"]:
         errors.append(
             FieldError(
@@ -491,9 +503,14 @@ def _check_cross_fields(p: dict) -> list[FieldError]:
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def _num(value: float) -> str:

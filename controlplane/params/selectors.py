@@ -16,7 +16,9 @@ def template_version_get(*, template: ParameterTemplate, number) -> TemplateVers
         number = int(number)
     except (TypeError, ValueError):
         raise InvalidField("version", f"must be a version number, got {number!r}") from None
-    return get_object_or_404(TemplateVersion.objects.select_related("template", "author"), template=template, number=number)
+    return get_object_or_404(
+        TemplateVersion.objects.select_related("template", "author"), template=template, number=number
+    )
 
 
 def template_versions_diff(*, template: ParameterTemplate, old_number, new_number) -> list[FieldChange]:

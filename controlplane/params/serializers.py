@@ -46,7 +46,7 @@ class VersionDetailSerializer(VersionSerializer):
     fields_table = serializers.SerializerMethodField()
 
     class Meta(VersionSerializer.Meta):
-        fields = VersionSerializer.Meta.fields + ["fields_table"]
+        fields = [*VersionSerializer.Meta.fields, "fields_table"]
 
     def get_fields_table(self, version) -> list[dict]:
         authored = schema.flatten(version.params)

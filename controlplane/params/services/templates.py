@@ -120,7 +120,9 @@ def template_import(
 def template_version_export(*, version: TemplateVersion, fmt: str) -> str:
     """The document as text; an imported version exported in its own format returns its exact bytes."""
     if fmt not in codec.FORMATS:
-        raise DocumentInvalid("unknown format", errors=[FieldError("format", f"must be one of {', '.join(codec.FORMATS)}")])
+        raise DocumentInvalid(
+            "unknown format", errors=[FieldError("format", f"must be one of {', '.join(codec.FORMATS)}")]
+        )
     if version.source_text and version.source_format == fmt:
         return version.source_text
     return codec.dump(version.document, fmt)

@@ -57,8 +57,10 @@ class Command(BaseCommand):
     def _users(self) -> User:
         admin = User.objects.filter(username=Role.ADMIN).first()
         if admin is None:
-            # The first admin cannot be created by another admin; it is the only unaudited-by-actor write.
-            admin = user_create(actor=None, username=Role.ADMIN, password=Role.ADMIN + DEMO_PASSWORD_SUFFIX, role=Role.ADMIN)
+            # Nobody exists yet to create the first admin, so its audit entry names the actor "system".
+            admin = user_create(
+                actor=None, username=Role.ADMIN, password=Role.ADMIN + DEMO_PASSWORD_SUFFIX, role=Role.ADMIN
+            )
             User.objects.filter(pk=admin.pk).update(is_staff=True)
         for role in Role.values:
             if not User.objects.filter(username=role).exists():

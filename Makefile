@@ -1,0 +1,53 @@
+# The two commands: `make run` starts everything on embedded defaults, `make test` runs the whole suite.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/controlplane
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: run test lint bench install install-dev chromium clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements-dev.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	./scripts/run.sh
+
+# Debian's Chromium drives the browser tests; Playwright's own browser download cannot work offline.
+chromium:
+	@test -x $(CHROMIUM) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@test -x $(CHROMIUM) || (echo "Chromium is missing at $(CHROMIUM); install Debian's chromium package" && exit 1)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python manage.py check
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+# pytest exits 5 when it collected nothing: an empty run fails instead of passing.
+test: install-dev chromium lint
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 \
+	  CHROMIUM=$(CHROMIUM) $(BIN)/pytest -p no:cacheprovider tests; \
+	status=$$?; if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
+
+bench: install-dev
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) var staticfiles test-artifacts

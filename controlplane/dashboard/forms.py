@@ -1,0 +1,65 @@
+"""Forms of the dashboard pages; they only parse, services decide."""
+
+from django import forms
+
+from controlplane.accounts.roles import Role
+from controlplane.params import codec
+
+
+class TemplateCreateForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    description = forms.CharField(max_length=500, required=False)
+
+
+class VersionEditForm(forms.Form):
+    text = forms.CharField(widget=forms.Textarea, strip=False)
+    format = forms.ChoiceField(choices=[(f, f.upper()) for f in codec.FORMATS], initial="yaml")
+    base_version = forms.IntegerField(min_value=0, required=False)
+    comment = forms.CharField(max_length=500, required=False)
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField()
+    base_version = forms.IntegerField(min_value=0, required=False)
+    comment = forms.CharField(max_length=500, required=False)
+
+
+class WhitelistForm(forms.Form):
+    scenarios = forms.CharField(help_text="Comma- or newline-separated scenario names")
+    base_version = forms.IntegerField(min_value=1, required=False)
+    comment = forms.CharField(max_length=500, required=False)
+    name = forms.CharField(max_length=64, required=False)
+    description = forms.CharField(max_length=500, required=False)
+
+    def scenario_list(self) -> list[str]:
+        raw = self.cleaned_data["scenarios"].replace("\n", ",")
+        return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+class PoolCreateForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    description = forms.CharField(max_length=500, required=False)
+    is_production = forms.BooleanField(required=False)
+
+
+class PublishForm(forms.Form):
+    version = forms.CharField(help_text="template:number")
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
+    override_reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+
+class RollbackForm(forms.Form):
+    version = forms.CharField(required=False, help_text="template:number; empty for the previous version")
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class UserCreateForm(forms.Form):
+    username = forms.RegexField(regex=r"^[\w.@+-]{1,150}$")
+    password = forms.CharField(widget=forms.PasswordInput)
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class UserUpdateForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+    is_active = forms.BooleanField(required=False)
+    reason = forms.CharField(max_length=500, required=False)

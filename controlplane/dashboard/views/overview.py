@@ -1,0 +1,22 @@
+"""The landing page: every pool's desired version, recent releases and recent changes."""
+
+from django.shortcuts import render
+
+from controlplane.audit.models import AuditEntry
+from controlplane.dashboard.access import page
+from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.params.models import ParameterTemplate
+
+
+@page()
+def overview(request):
+    return render(
+        request,
+        "dashboard/overview.html",
+        {
+            "pools": Pool.objects.select_related("desired_version__template"),
+            "templates": ParameterTemplate.objects.all(),
+            "releases": PoolRelease.objects.select_related("pool", "version__template", "actor")[:10],
+            "recent": AuditEntry.objects.all()[:10],
+        },
+    )

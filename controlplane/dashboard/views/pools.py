@@ -1,0 +1,121 @@
+"""Pool pages: list, detail with timeline, publish, and rollback after a diff preview."""
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from controlplane.accounts.roles import Action
+from controlplane.dashboard import forms
+from controlplane.dashboard.access import page
+from controlplane.lib.errors import DomainError, InvalidField
+from controlplane.nodes import selectors, services
+from controlplane.nodes.models import Pool
+from controlplane.params.diff import needs_restart
+from controlplane.params.models import TemplateVersion
+from controlplane.params.selectors import template_get, template_version_get
+
+
+@page(write_action=Action.POOL_WRITE)
+def pool_list(request):
+    form = forms.PoolCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            pool = services.pool_create(actor=request.user, **form.cleaned_data)
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Pool {pool.name} created.")
+            return redirect("dashboard:pool-detail", name=pool.name)
+    pools = Pool.objects.select_related("desired_version__template")
+    return render(request, "nodes/pool_list.html", {"pools": pools, "form": form})
+
+
+@page()
+def pool_detail(request, name):
+    return _render_pool(request, name)
+
+
+def _render_pool(request, name, publish_form=None, status=200):
+    pool = get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
+    versions = TemplateVersion.objects.select_related("template").order_by("template__name", "-number")
+    return render(
+        request,
+        "nodes/pool_detail.html",
+        {
+            "pool": pool,
+            "timeline": selectors.pool_timeline(pool=pool),
+            "versions": versions,
+            "reached_non_production": {v.pk for v in versions if selectors.version_reached_non_production(version=v)},
+            "rollback_targets": selectors.pool_rollback_targets(pool=pool),
+            "previous": selectors.pool_previous_version(pool=pool),
+            "publish_form": publish_form or forms.PublishForm(),
+        },
+        status=status,
+    )
+
+
+@require_POST
+@page(write_action=Action.POOL_PUBLISH)
+def pool_publish(request, name):
+    pool = get_object_or_404(Pool, name=name)
+    form = forms.PublishForm(request.POST)
+    if form.is_valid():
+        try:
+            version = _version_from_ref(form.cleaned_data["version"])
+            release = services.pool_publish(
+                actor=request.user,
+                pool=pool,
+                version=version,
+                reason=form.cleaned_data["reason"],
+                override_reason=form.cleaned_data["override_reason"],
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Published {release.version} to {pool.name}.")
+            return redirect("dashboard:pool-detail", name=name)
+    return _render_pool(request, name, publish_form=form, status=400)
+
+
+@page(write_action=Action.POOL_ROLLBACK)
+def pool_rollback(request, name):
+    """GET previews the rollback's diff; POST (with a reason) carries it out."""
+    pool = get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
+    ref = request.POST.get("version") if request.method == "POST" else request.GET.get("version", "")
+    target = _version_from_ref(ref) if ref else selectors.pool_previous_version(pool=pool)
+    if target is None:
+        messages.error(request, f"{pool.name} has no earlier version to roll back to.")
+        return redirect("dashboard:pool-detail", name=name)
+    form = forms.RollbackForm(request.POST or None, initial={"version": target.ref})
+    if request.method == "POST" and form.is_valid():
+        try:
+            release = services.pool_rollback(
+                actor=request.user, pool=pool, version=target, reason=form.cleaned_data["reason"]
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Rolled {pool.name} back to {release.version}.")
+            return redirect("dashboard:pool-detail", name=name)
+    changes = selectors.pool_change_preview(pool=pool, version=target)
+    return render(
+        request,
+        "nodes/pool_rollback.html",
+        {
+            "pool": pool,
+            "target": target,
+            "target_ref": target.ref,
+            "changes": changes,
+            "needs_restart": needs_restart(changes),
+            "form": form,
+            "rollback_targets": selectors.pool_rollback_targets(pool=pool),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+def _version_from_ref(ref: str) -> TemplateVersion:
+    template_name, _, number = (ref or "").partition(":")
+    if not template_name or not number:
+        raise InvalidField("version", "choose a template version")
+    return template_version_get(template=template_get(name=template_name), number=number)

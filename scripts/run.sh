@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Starts the control plane: one ASGI server (HTTP + WebSocket); with REDIS_URL also a Celery worker and beat.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-8000}
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+if [ -n "${REDIS_URL:-}" ]; then
+  mkdir -p var
+  "$BIN/celery" -A controlplane worker --loglevel INFO --concurrency 2 & pids+=($!)
+  "$BIN/celery" -A controlplane beat --loglevel INFO --schedule var/celerybeat-schedule & pids+=($!)
+  mode="Postgres/Redis: ${DATABASE_URL:+DATABASE_URL set}${DATABASE_URL:-SQLite (DATABASE_URL unset)}, Redis channel layer and Celery broker"
+else
+  mode="embedded: ${DATABASE_URL:+DATABASE_URL set}${DATABASE_URL:-SQLite in var/}, in-memory channel layer, in-process tasks"
+fi
+
+"$BIN/daphne" --bind "$HOST" --port "$PORT" controlplane.asgi:application & pids+=($!)
+
+cat <<BANNER
+
+  Inference control plane is starting at  http://$HOST:$PORT/
+  Mode: $mode
+  Demo logins (user / password):
+    agent   agent / agent-demo-pass     edit templates and whitelists, save versions
+    sre     sre / sre-demo-pass         also publish, roll back
+    oncall  oncall / oncall-demo-pass   read everything
+    admin   admin / admin-demo-pass     everything, plus users
+  API docs: http://$HOST:$PORT/api/v1/docs/   Stop with Ctrl-C.
+
+BANNER
+wait -n

@@ -1,0 +1,59 @@
+"""Shared fixtures: one user per role, API clients signed in as each, and the seed document."""
+
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+from controlplane.accounts.models import User
+from controlplane.accounts.roles import Role
+
+SEED_YAML_PATH = Path(__file__).resolve().parent.parent / "controlplane/params/fixtures/seed_inference_params.yaml"
+PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture
+def seed_yaml() -> str:
+    return SEED_YAML_PATH.read_text(encoding="utf-8")
+
+
+def make_user(role: str, username: str | None = None) -> User:
+    return User.objects.create_user(username=username or role, password=PASSWORD, role=role)
+
+
+@pytest.fixture
+def users(db) -> dict[str, User]:
+    return {role: make_user(role) for role in Role.values}
+
+
+@pytest.fixture
+def agent(users) -> User:
+    return users[Role.AGENT]
+
+
+@pytest.fixture
+def sre(users) -> User:
+    return users[Role.SRE]
+
+
+@pytest.fixture
+def oncall(users) -> User:
+    return users[Role.ONCALL]
+
+
+@pytest.fixture
+def admin_user(users) -> User:
+    return users[Role.ADMIN]
+
+
+@pytest.fixture
+def api_for(users):
+    """api_for("sre") -> an APIClient authenticated as that role's user (or None for anonymous)."""
+
+    def build(role: str | None) -> APIClient:
+        client = APIClient()
+        if role is not None:
+            client.force_authenticate(users[role])
+        return client
+
+    return build
