@@ -12,6 +12,13 @@ SEED_YAML_PATH = Path(__file__).resolve().parent.parent / "controlplane/params/f
 PASSWORD = "correct-horse-battery"
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(request, settings):
+    """PBKDF2 costs ~0.3 s a user; browser tests keep it because daphne checks their passwords."""
+    if request.node.get_closest_marker("browser") is None:
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def seed_yaml() -> str:
     return SEED_YAML_PATH.read_text(encoding="utf-8")

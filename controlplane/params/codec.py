@@ -12,8 +12,8 @@ from controlplane.params.schema import ROOT, FieldError
 FORMATS = ("yaml", "json")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """Safe loader (libyaml when present) that refuses duplicate keys instead of keeping the last one."""
 
     def __init__(self, stream):
         super().__init__(stream)

@@ -77,7 +77,7 @@ def pool_publish(request, name):
     return _render_pool(request, name, publish_form=form, status=400)
 
 
-@page(write_action=Action.POOL_ROLLBACK)
+@page(Action.POOL_ROLLBACK, write_action=Action.POOL_ROLLBACK)
 def pool_rollback(request, name):
     """GET previews the rollback's diff; POST (with a reason) carries it out."""
     pool = get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)

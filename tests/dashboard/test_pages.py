@@ -1,0 +1,145 @@
+"""Every dashboard page for every role: who may read it, who may post to it, and that refusals change nothing."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from controlplane.accounts.roles import Role
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import Pool
+from controlplane.nodes.services import pool_publish
+from controlplane.params.services.templates import template_version_create
+from tests.factories import legal_whitelist, pools, template_with_versions
+
+pytestmark = pytest.mark.django_db
+
+ALL = set(Role.values)
+WRITERS = {Role.AGENT, Role.SRE, Role.ADMIN}
+OPERATORS = {Role.SRE, Role.ADMIN}
+
+
+@pytest.fixture
+def world(users):
+    sre = users[Role.SRE]
+    legal_whitelist(sre)
+    _, versions = template_with_versions(sre, name="chat", temperatures=(0.3, 0.2))
+    staging, prod = pools(sre)
+    pool_publish(actor=sre, pool=staging, version=versions[0], reason="first")
+    pool_publish(actor=sre, pool=staging, version=versions[1], reason="second")
+    return {"staging": staging, "prod": prod, "versions": versions}
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+# (url name, kwargs, roles that may GET it)
+PAGES = [
+    ("dashboard:overview", {}, ALL),
+    ("dashboard:templates", {}, ALL),
+    ("dashboard:template-detail", {"name": "chat"}, ALL),
+    ("dashboard:template-edit", {"name": "chat"}, ALL),
+    ("dashboard:template-diff", {"name": "chat"}, ALL),
+    ("dashboard:version-detail", {"name": "chat", "number": 1}, ALL),
+    ("dashboard:version-export", {"name": "chat", "number": 1}, ALL),
+    ("dashboard:whitelists", {}, ALL),
+    ("dashboard:pools", {}, ALL),
+    ("dashboard:pool-detail", {"name": "staging"}, ALL),
+    ("dashboard:pool-rollback", {"name": "staging"}, OPERATORS),
+    ("dashboard:audit", {}, ALL),
+    ("dashboard:users", {}, {Role.ADMIN}),
+]
+
+
+@pytest.mark.parametrize("role", Role.values)
+@pytest.mark.parametrize(("name", "kwargs", "allowed"), PAGES, ids=[p[0] for p in PAGES])
+def test_page_read_access(world, users, role, name, kwargs, allowed):
+    response = client_for(users[role]).get(reverse(name, kwargs=kwargs))
+    assert response.status_code == (200 if role in allowed else 403)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [(p[0], p[1]) for p in PAGES])
+def test_anonymous_is_sent_to_login(world, name, kwargs):
+    response = Client().get(reverse(name, kwargs=kwargs))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("dashboard:login"))
+
+
+# (url name, kwargs, form data, roles that may post)
+WRITES = [
+    ("dashboard:templates", {}, {"name": "new-template"}, WRITERS),
+    (
+        "dashboard:template-edit",
+        {"name": "chat"},
+        {"text": "inference_params:\n  batch:\n    timeout_ms: 40\n", "format": "yaml", "base_version": 2},
+        WRITERS,
+    ),
+    ("dashboard:whitelists", {}, {"name": "vip", "scenarios": "vip"}, WRITERS),
+    ("dashboard:whitelist-edit", {"name": "legal"}, {"scenarios": "legal", "base_version": 1}, WRITERS),
+    ("dashboard:pools", {}, {"name": "long-context", "description": "x"}, OPERATORS),
+    ("dashboard:pool-publish", {"name": "prod-main"}, {"version": "chat:2", "reason": "ok"}, OPERATORS),
+    ("dashboard:pool-rollback", {"name": "staging"}, {"version": "chat:1", "reason": "regression"}, OPERATORS),
+    ("dashboard:users", {}, {"username": "newbie", "password": "long-enough-pass", "role": "oncall"}, {Role.ADMIN}),
+    ("dashboard:user-update", {"name": "x"}, {"role": "sre", "is_active": "on"}, {Role.ADMIN}),
+]
+
+
+@pytest.mark.parametrize("role", Role.values)
+@pytest.mark.parametrize(("name", "kwargs", "data", "allowed"), WRITES, ids=[w[0] for w in WRITES])
+def test_page_writes(world, users, role, name, kwargs, data, allowed):
+    if name == "dashboard:user-update":
+        kwargs = {"username": Role.ONCALL}
+    before = AuditEntry.objects.count()
+    response = client_for(users[role]).post(reverse(name, kwargs=kwargs), data)
+    if role in allowed:
+        assert response.status_code == 302, response.content[:500]
+        assert AuditEntry.objects.count() == before + 1
+    else:
+        assert response.status_code == 403
+        assert AuditEntry.objects.count() == before
+
+
+def test_editor_rejects_invalid_document_and_keeps_text(world, users):
+    client = client_for(users[Role.AGENT])
+    text = "inference_params:\n  temperature:\n    strict: 5\n"
+    response = client.post(
+        reverse("dashboard:template-edit", kwargs={"name": "chat"}), {"text": text, "format": "yaml", "base_version": 2}
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "temperature.strict" in body and "must be between 0 and 2, got 5" in body
+    assert "strict: 5" in body
+
+
+def test_editor_on_stale_base_shows_conflict_and_saves_nothing(world, users):
+    client = client_for(users[Role.AGENT])
+    response = client.post(
+        reverse("dashboard:template-edit", kwargs={"name": "chat"}),
+        {"text": "inference_params:\n  batch:\n    timeout_ms: 45\n", "format": "yaml", "base_version": 1},
+    )
+    assert response.status_code == 409
+    assert "someone saved a newer version first" in response.content.decode()
+    assert world["versions"][0].template.versions.count() == 2
+
+
+def test_production_publish_without_staging_is_refused_inline(world, users):
+    sre = users[Role.SRE]
+    v3 = template_version_create(
+        actor=sre, template=world["versions"][0].template, document={"inference_params": {}}, base_number=2
+    )
+    response = client_for(sre).post(
+        reverse("dashboard:pool-publish", kwargs={"name": "prod-main"}), {"version": v3.ref, "reason": "go"}
+    )
+    assert response.status_code == 400
+    assert "has not been published to a non-production pool" in response.content.decode()
+    assert Pool.objects.get(name="prod-main").desired_version is None
+
+
+def test_bad_version_number_is_an_error_page_not_a_traceback(world, users):
+    response = client_for(users[Role.ONCALL]).get(
+        reverse("dashboard:template-diff", kwargs={"name": "chat"}) + "?from=abc&to=2"
+    )
+    assert response.status_code == 400
+    assert "version: must be a version number" in response.content.decode()
