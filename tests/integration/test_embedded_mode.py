@@ -70,10 +70,12 @@ def test_fresh_start_serves_the_seeded_dashboard_and_api(embedded_server):
         headers={"Content-Type": "application/json"},
     )
     token = json.loads(urllib.request.urlopen(token_request).read())["token"]
-    authorized = {"Authorization": f"Token {token}"}
-    export = urllib.request.urlopen(
-        urllib.request.Request(f"{base}/api/v1/templates/chat-default/versions/1/export/?format=yaml", headers=authorized)
-    ).read()
+
+    def get(path: str) -> bytes:
+        request = urllib.request.Request(f"{base}{path}", headers={"Authorization": f"Token {token}"})
+        return urllib.request.urlopen(request).read()
+
+    export = get("/api/v1/templates/chat-default/versions/1/export/?format=yaml")
     assert export == (ROOT / "controlplane/params/fixtures/seed_inference_params.yaml").read_bytes()
-    pools = json.loads(urllib.request.urlopen(urllib.request.Request(f"{base}/api/v1/pools/", headers=authorized)).read())
+    pools = json.loads(get("/api/v1/pools/"))
     assert {p["name"]: p["is_production"] for p in pools["results"]} == {"prod-main": True, "staging": False}
