@@ -142,7 +142,7 @@ REST_FRAMEWORK = {
     # `?format=yaml|json` names the export format; DRF must not read it as a renderer override.
     "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "controlplane.lib.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -153,6 +153,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Parameter templates, whitelists, pools, rollouts and the audit log.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -64,3 +64,8 @@ def api_for(users):
         return client
 
     return build
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run last: they are the slowest and their event loop must not precede async_to_sync users."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

@@ -11,6 +11,7 @@ from controlplane.audit.filters import AuditFilter
 from controlplane.audit.models import AuditEntry
 from controlplane.lib.errors import InvalidField
 
+_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 CSV_COLUMNS = ["at", "actor", "request_id", "action", "target_type", "target_id", "target", "reason", "before", "after"]
 
 
@@ -37,7 +38,8 @@ def audit_csv_rows(entries: QuerySet[AuditEntry]) -> Iterator[str]:
     yield flush()
     for entry in entries.iterator(chunk_size=1000):
         writer.writerow(
-            [
+            _cell(value)
+            for value in [
                 entry.at.isoformat(),
                 entry.actor_name,
                 entry.request_id,
@@ -51,3 +53,8 @@ def audit_csv_rows(entries: QuerySet[AuditEntry]) -> Iterator[str]:
             ]
         )
         yield flush()
+
+
+def _cell(value: str) -> str:
+    """Neutralise text a spreadsheet would run as a formula (a reason starting with `=`, say)."""
+    return "'" + value if value[:1] in _FORMULA_PREFIXES else value

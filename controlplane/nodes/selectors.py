@@ -31,6 +31,11 @@ def version_reached_non_production(*, version: TemplateVersion) -> bool:
     return PoolRelease.objects.filter(version=version, pool__is_production=False).exists()
 
 
+def version_ids_on_non_production() -> set[int]:
+    """Ids of every version that was ever released to a non-production pool, in one query."""
+    return set(PoolRelease.objects.filter(pool__is_production=False).values_list("version_id", flat=True))
+
+
 def pool_change_preview(*, pool: Pool, version: TemplateVersion) -> list[FieldChange]:
     """What would change on the pool's nodes if `version` became desired."""
     current = pool.desired_version.effective_params if pool.desired_version else {}

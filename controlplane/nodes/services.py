@@ -62,6 +62,8 @@ def pool_rollback(*, actor, pool: Pool, reason: str, version: TemplateVersion | 
             version = pool_previous_version(pool=locked)
             if version is None:
                 raise NothingToRollBack(f"pool: {locked.name} has no earlier version to roll back to")
+        elif version.pk == locked.desired_version_id:
+            raise Conflict(f"version: {version} is what {locked.name} runs now; nothing to roll back")
         elif version.pk not in {v.pk for v in pool_rollback_targets(pool=locked)}:
             raise InvalidField("version", f"{version} never ran on {locked.name}; publish it instead")
         release = _release(locked, actor, PoolRelease.Kind.ROLLBACK, version, reason, "")

@@ -6,12 +6,13 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
+from controlplane.lib.parsers import JSONParser
 from controlplane.lib.serializers import optional_int, validated
 from controlplane.params import codec, schema, selectors, serializers
 from controlplane.params.exceptions import DocumentInvalid

@@ -1,6 +1,7 @@
 """Reading and writing template documents as YAML (the seed's layout) and JSON."""
 
 import json
+from collections.abc import Hashable
 from typing import Any
 
 import yaml
@@ -10,6 +11,7 @@ from controlplane.params.exceptions import DocumentInvalid
 from controlplane.params.schema import ROOT, FieldError
 
 FORMATS = ("yaml", "json")
+_TOO_DEEP = FieldError("(document)", "is nested too deeply")
 
 
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -20,12 +22,48 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         # Dotted path of each mapping node, so a duplicate key is reported as e.g. `temperature.strict`.
         self.paths: dict[yaml.Node, str] = {}
 
+    def construct_document(self, node):
+        _refuse_aliases(node)
+        return super().construct_document(node)
+
+
+def _refuse_aliases(root: yaml.Node) -> None:
+    """An alias repeats a node, so a few hundred bytes could expand to gigabytes (or recurse); refuse them."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            raise DocumentInvalid(
+                "document is not valid YAML",
+                errors=[FieldError(_field_path(path) or "(document)", "YAML aliases (*name) are not allowed")],
+            )
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            children = [(v, f"{path}.{k.value}" if path else str(k.value)) for k, v in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
+        else:
+            continue
+        # Reversed, so nodes are visited in document order and the alias (not its anchor) is the one reported.
+        stack.extend(reversed(children))
+
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict = {}
     parent = loader.paths.get(node, "")
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, Hashable):
+            raise DocumentInvalid(
+                "document is not valid YAML",
+                errors=[
+                    FieldError(
+                        _field_path(parent) or "(document)",
+                        f"keys must be plain names, not a list or mapping (line {key_node.start_mark.line + 1})",
+                    )
+                ],
+            )
         path = f"{parent}.{key}" if parent else str(key)
         if key in seen:
             mark = key_node.start_mark
@@ -46,6 +84,21 @@ def _field_path(path: str) -> str:
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def check_size(size: int) -> None:
+    """Refuse a document over TEMPLATE_MAX_BYTES, whether it came as text or as a JSON object."""
+    limit = settings.TEMPLATE_MAX_BYTES
+    if size > limit:
+        raise DocumentInvalid(
+            "document too large",
+            errors=[FieldError("(document)", f"must be at most {limit} bytes, got {size}")],
+        )
+
+
+def encoded_size(document: Any) -> int:
+    """Bytes of the document as compact JSON, the measure for documents that arrive already parsed."""
+    return len(json.dumps(document, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
+
+
 def parse(text: str | bytes, fmt: str) -> Any:
     """Parse a document, refusing oversize input and naming the line of a syntax error."""
     if fmt not in FORMATS:
@@ -57,13 +110,7 @@ def parse(text: str | bytes, fmt: str) -> Any:
             raise DocumentInvalid(
                 "document is not UTF-8", errors=[FieldError("(document)", "must be UTF-8 text")]
             ) from None
-    limit = settings.TEMPLATE_MAX_BYTES
-    size = len(text.encode("utf-8"))
-    if size > limit:
-        raise DocumentInvalid(
-            "document too large",
-            errors=[FieldError("(document)", f"must be at most {limit} bytes, got {size}")],
-        )
+    check_size(len(text.encode("utf-8")))
     if fmt == "json":
         duplicates: dict[int, tuple[dict, str]] = {}
         try:
@@ -73,6 +120,8 @@ def parse(text: str | bytes, fmt: str) -> Any:
                 "document is not valid JSON",
                 errors=[FieldError("(document)", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")],
             ) from None
+        except RecursionError:
+            raise DocumentInvalid("document is not valid JSON", errors=[_TOO_DEEP]) from None
         if duplicates:
             path, key = _json_duplicate(document, duplicates, "")
             raise DocumentInvalid(
@@ -89,6 +138,8 @@ def parse(text: str | bytes, fmt: str) -> Any:
             "document is not valid YAML",
             errors=[FieldError("(document)", f"invalid YAML{where}: {problem}")],
         ) from None
+    except RecursionError:
+        raise DocumentInvalid("document is not valid YAML", errors=[_TOO_DEEP]) from None
 
 
 def _json_object(pairs: list[tuple[str, Any]], duplicates: dict[int, tuple[dict, str]]) -> dict:

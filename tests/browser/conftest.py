@@ -72,7 +72,9 @@ def server_url(django_db_setup, django_db_blocker, tmp_path_factory):
         process.kill()
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an event loop running in this thread until it stops, which
+# would break later tests that call async_to_sync.
+@pytest.fixture(scope="module")
 def browser():
     playwright_sync = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):

@@ -45,7 +45,7 @@ def _render_pool(request, name, publish_form=None, status=200):
             "pool": pool,
             "timeline": selectors.pool_timeline(pool=pool),
             "versions": versions,
-            "reached_non_production": {v.pk for v in versions if selectors.version_reached_non_production(version=v)},
+            "reached_non_production": selectors.version_ids_on_non_production(),
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
             "previous": selectors.pool_previous_version(pool=pool),
             "publish_form": publish_form or forms.PublishForm(),

@@ -5,15 +5,16 @@ from django.db import IntegrityError, transaction
 
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, check_slug
-from controlplane.params import codec, schema
+from controlplane.params import codec, schema, validation
 from controlplane.params.exceptions import DocumentInvalid, StaleBaseVersion
 from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist
 from controlplane.params.schema import FieldError
 
 
 def document_validate(*, document) -> dict:
-    """Schema plus references: return authored params or raise DocumentInvalid naming every field."""
-    params, errors = schema.validate(document)
+    """Size, schema and references: return authored params or raise DocumentInvalid naming every field."""
+    codec.check_size(codec.encoded_size(document))
+    params, errors = validation.validate(document)
     if not errors:
         errors = _check_whitelist_references(params)
     if errors:

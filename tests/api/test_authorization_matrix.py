@@ -1,0 +1,191 @@
+"""Every REST endpoint × every role (and anonymous): allowed calls succeed, forbidden ones change nothing."""
+
+from dataclasses import dataclass, field
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from controlplane import api_urls
+from controlplane.accounts.roles import Role
+from controlplane.audit.models import AuditEntry
+from tests.conftest import PASSWORD
+from tests.helpers import state_snapshot
+
+ANONYMOUS = None
+EVERY_ROLE = frozenset(Role.values)
+PUBLIC = EVERY_ROLE | {ANONYMOUS}
+WRITERS = frozenset({Role.AGENT, Role.SRE, Role.ADMIN})  # template.write / whitelist.write
+OPERATORS = frozenset({Role.SRE, Role.ADMIN})  # pool.write / pool.publish / pool.rollback
+ADMINS = frozenset({Role.ADMIN})  # user.manage
+
+DOCUMENT = {"inference_params": {"temperature": {"strict": 0.25}}}
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    method: str
+    allowed: frozenset
+    status: int
+    kwargs: dict = field(default_factory=dict)
+    data: object = None  # query parameters for GET, the body otherwise; a callable builds a fresh one
+    multipart: bool = False
+    writes: bool = False  # an allowed call appends exactly one audit entry
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}:{self.method}"
+
+
+def import_upload() -> dict:
+    text = b"inference_params:\n  temperature:\n    strict: 0.25\n"
+    return {"file": SimpleUploadedFile("chat.yaml", text), "base_version": "2"}
+
+
+CHAT = {"name": "chat"}
+MATRIX: tuple[Call, ...] = (
+    Call("token-issue", "POST", PUBLIC, 201, data={"username": "oncall", "password": PASSWORD}, writes=True),
+    Call("me", "GET", EVERY_ROLE, 200),
+    Call("user-list", "GET", ADMINS, 200),
+    Call(
+        "user-list",
+        "POST",
+        ADMINS,
+        201,
+        data={"username": "newbie", "password": PASSWORD, "role": "oncall"},
+        writes=True,
+    ),
+    Call("user-detail", "GET", ADMINS, 200, {"username": "oncall"}),
+    Call(
+        "user-detail", "PATCH", ADMINS, 200, {"username": "oncall"}, {"role": "sre", "reason": "trained"}, writes=True
+    ),
+    Call("field-list", "GET", EVERY_ROLE, 200),
+    Call("document-validate", "POST", EVERY_ROLE, 200, data={"document": DOCUMENT}),
+    Call("template-list", "GET", EVERY_ROLE, 200),
+    Call("template-list", "POST", WRITERS, 201, data={"name": "fresh"}, writes=True),
+    Call("template-detail", "GET", EVERY_ROLE, 200, CHAT),
+    Call("template-version-list", "GET", EVERY_ROLE, 200, CHAT),
+    Call("template-version-list", "POST", WRITERS, 201, CHAT, {"base_version": 2, "document": DOCUMENT}, writes=True),
+    Call("template-import", "POST", WRITERS, 201, CHAT, import_upload, multipart=True, writes=True),
+    Call("template-diff", "GET", EVERY_ROLE, 200, CHAT, {"from": 1, "to": 2}),
+    Call("template-version-detail", "GET", EVERY_ROLE, 200, {"name": "chat", "number": 1}),
+    Call("template-version-export", "GET", EVERY_ROLE, 200, {"name": "chat", "number": 1}, {"format": "json"}),
+    Call("whitelist-list", "GET", EVERY_ROLE, 200),
+    Call("whitelist-list", "POST", WRITERS, 201, data={"name": "vip", "scenarios": ["vip"]}, writes=True),
+    Call("whitelist-detail", "GET", EVERY_ROLE, 200, {"name": "legal"}),
+    Call("whitelist-version-list", "GET", EVERY_ROLE, 200, {"name": "legal"}),
+    Call(
+        "whitelist-version-list",
+        "POST",
+        WRITERS,
+        201,
+        {"name": "legal"},
+        {"base_version": 1, "scenarios": ["legal", "contracts"]},
+        writes=True,
+    ),
+    Call("pool-list", "GET", EVERY_ROLE, 200),
+    Call("pool-list", "POST", OPERATORS, 201, data={"name": "canary", "is_production": False}, writes=True),
+    Call("pool-detail", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-release-list", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call(
+        "pool-publish",
+        "POST",
+        OPERATORS,
+        201,
+        {"name": "staging"},
+        {"template": "chat", "version": 1, "reason": "back to v1"},
+        writes=True,
+    ),
+    Call("pool-rollback", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "regression"}, writes=True),
+    Call("pool-rollback-preview", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("audit-list", "GET", EVERY_ROLE, 200),
+    Call("audit-export", "GET", EVERY_ROLE, 200),
+    # The API description is for signed-in users only, like every other page (SERVE_PERMISSIONS).
+    Call("schema", "GET", EVERY_ROLE, 200),
+    Call("docs", "GET", EVERY_ROLE, 200),
+)
+
+
+def implemented_methods(pattern) -> set[str]:
+    view = pattern.callback.cls(**pattern.callback.initkwargs)
+    return set(view._allowed_methods()) - {"OPTIONS"}
+
+
+def test_every_endpoint_and_method_has_a_row():
+    routes = {(p.name, m) for p in api_urls.urlpatterns for m in implemented_methods(p)}
+    rows = [(c.name, c.method) for c in MATRIX]
+    assert len(rows) == len(set(rows)), "a row appears twice"
+    assert set(rows) == routes, "add a MATRIX row for each new endpoint or method"
+
+
+def send(client, call: Call):
+    url = reverse(f"api:{call.name}", kwargs=call.kwargs)
+    data = call.data() if callable(call.data) else call.data
+    if call.method == "GET":
+        return client.get(url, data)
+    return getattr(client, call.method.lower())(url, data, format="multipart" if call.multipart else "json")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("role", [*Role.values, ANONYMOUS], ids=[*Role.values, "anonymous"])
+@pytest.mark.parametrize("call", MATRIX, ids=[c.id for c in MATRIX])
+def test_matrix(world, api_for, call, role):
+    before = state_snapshot()
+    response = send(api_for(role), call)
+    if role in call.allowed:
+        assert response.status_code == call.status, response.content[:500]
+        expected_entries = before["audit.AuditEntry"] + (1 if call.writes else 0)
+        assert AuditEntry.objects.count() == expected_entries
+    else:
+        assert response.status_code == (401 if role is ANONYMOUS else 403), response.content[:500]
+        # The schema and Swagger views render their refusal in their own formats (OpenAPI, HTML).
+        if call.name not in {"schema", "docs"}:
+            assert response.json()["error"]
+        assert state_snapshot() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("pattern", api_urls.urlpatterns, ids=[p.name for p in api_urls.urlpatterns])
+def test_methods_without_a_handler_are_refused_even_for_admins(world, api_for, pattern):
+    missing = {"GET", "POST", "PUT", "PATCH", "DELETE"} - implemented_methods(pattern)
+    kwargs = next(c.kwargs for c in MATRIX if c.name == pattern.name)
+    url = reverse(f"api:{pattern.name}", kwargs=kwargs)
+    before = state_snapshot()
+    for method in sorted(missing):
+        response = getattr(api_for(Role.ADMIN), method.lower())(url, {"name": "x"}, format="json")
+        assert response.status_code in (403, 405), (method, response.status_code)
+    assert state_snapshot() == before
+
+
+@pytest.mark.django_db
+def test_me_lists_the_actions_of_each_role(api_for):
+    def allowed(role):
+        return set(api_for(role).get(reverse("api:me")).json()["allowed_actions"])
+
+    assert allowed(Role.ONCALL) == {"view", "alert.respond"}
+    assert allowed(Role.AGENT) == {"view", "template.write", "whitelist.write"}
+    assert {"pool.publish", "pool.production_override"} <= allowed(Role.SRE)
+    assert "user.manage" not in allowed(Role.SRE)
+    assert "user.manage" in allowed(Role.ADMIN)
+
+
+@pytest.mark.django_db
+def test_token_authenticates_and_deactivation_revokes_it(users, api_for):
+    token = APIClient().post(reverse("api:token-issue"), {"username": "agent", "password": PASSWORD}).json()["token"]
+    client = APIClient(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get(reverse("api:me")).json()["role"] == "agent"
+    patch = {"is_active": False, "reason": "left the team"}
+    assert (
+        api_for(Role.ADMIN).patch(reverse("api:user-detail", args=["agent"]), patch, format="json").status_code == 200
+    )
+    assert client.get(reverse("api:me")).status_code == 401
+
+
+@pytest.mark.django_db
+def test_wrong_password_gets_401_and_no_token(users):
+    response = APIClient().post(reverse("api:token-issue"), {"username": "agent", "password": "wrong"})
+    assert response.status_code == 401
+    assert response.json()["code"] == "bad_credentials"
+    assert not AuditEntry.objects.filter(action="user.token_issue").exists()

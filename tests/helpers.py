@@ -1,0 +1,39 @@
+"""Assertion helpers shared by the service and API tests."""
+
+from django.apps import apps
+
+# Every table a refused call must leave untouched.
+STATE_MODELS = (
+    "accounts.User",
+    "authtoken.Token",
+    "params.ParameterTemplate",
+    "params.TemplateVersion",
+    "params.Whitelist",
+    "params.WhitelistVersion",
+    "nodes.Pool",
+    "nodes.PoolRelease",
+    "audit.AuditEntry",
+)
+
+
+def state_snapshot() -> dict:
+    """Row counts of every domain table plus what each pool runs and each user's role."""
+    snapshot: dict = {label: apps.get_model(label).objects.count() for label in STATE_MODELS}
+    snapshot["pool.desired"] = sorted(apps.get_model("nodes.Pool").objects.values_list("name", "desired_version"))
+    snapshot["user.roles"] = sorted(
+        apps.get_model("accounts.User").objects.values_list("username", "role", "is_active")
+    )
+    snapshot["template.latest"] = sorted(
+        apps.get_model("params.ParameterTemplate").objects.values_list("name", "latest_number")
+    )
+    return snapshot
+
+
+def error_paths(body: dict) -> list[str]:
+    """The field paths an error body names: schema errors list them, serializer errors key them."""
+    detail = body.get("detail")
+    if isinstance(detail, list):
+        return [item["path"] for item in detail if isinstance(item, dict) and "path" in item]
+    if isinstance(detail, dict):
+        return list(detail)
+    return []
