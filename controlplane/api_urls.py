@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from controlplane.accounts import api as accounts
 from controlplane.audit import api as audit
 from controlplane.nodes import api as nodes
+from controlplane.nodes import node_api as engine_nodes
 from controlplane.params import api as params
 
 urlpatterns = [
@@ -39,6 +40,12 @@ urlpatterns = [
     path("pools/<slug:name>/publish/", nodes.PoolPublish.as_view(), name="pool-publish"),
     path("pools/<slug:name>/rollback/", nodes.PoolRollback.as_view(), name="pool-rollback"),
     path("pools/<slug:name>/rollback-preview/", nodes.PoolRollbackPreview.as_view(), name="pool-rollback-preview"),
+    path("pools/<slug:name>/rollout/", engine_nodes.PoolRollout.as_view(), name="pool-rollout"),
+    path("nodes/", engine_nodes.NodeList.as_view(), name="node-list"),
+    path("nodes/<slug:name>/", engine_nodes.NodeDetail.as_view(), name="node-detail"),
+    path("nodes/<slug:name>/token/", engine_nodes.NodeTokenRotate.as_view(), name="node-token-rotate"),
+    path("nodes/<slug:name>/revoke/", engine_nodes.NodeTokenRevoke.as_view(), name="node-token-revoke"),
+    path("nodes/<slug:name>/commands/", engine_nodes.NodeCommandList.as_view(), name="node-command-list"),
     path("audit/", audit.AuditList.as_view(), name="audit-list"),
     path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

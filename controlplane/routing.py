@@ -1,10 +1,23 @@
-"""Every WebSocket route of the control plane."""
+"""Every WebSocket route of the control plane.
 
+Browsers sign in with their session cookie and must come from an allowed origin; agents are not
+browsers (no Origin, no cookie) and authenticate with their node token instead.
+"""
+
+from channels.auth import AuthMiddlewareStack
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
+from controlplane.nodes.agent_consumer import AgentConsumer
 from controlplane.nodes.consumers import PoolEventsConsumer
 
+
+def for_browsers(consumer):
+    return AllowedHostsOriginValidator(AuthMiddlewareStack(consumer.as_asgi()))
+
+
 websocket_urlpatterns = [
-    path("ws/pools/", PoolEventsConsumer.as_asgi()),
-    path("ws/pools/<slug:pool>/", PoolEventsConsumer.as_asgi()),
+    path("ws/agent/", AgentConsumer.as_asgi()),
+    path("ws/pools/", for_browsers(PoolEventsConsumer)),
+    path("ws/pools/<slug:pool>/", for_browsers(PoolEventsConsumer)),
 ]

@@ -172,3 +172,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# Engine-node agents: heartbeat period they are told to use, and silence after which a node counts as lost.
+NODE_HEARTBEAT_S = env_int("NODE_HEARTBEAT_S", 2)
+NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 10)

@@ -12,6 +12,8 @@ STATE_MODELS = (
     "params.WhitelistVersion",
     "nodes.Pool",
     "nodes.PoolRelease",
+    "nodes.EngineNode",
+    "nodes.NodeCommand",
     "audit.AuditEntry",
 )
 
@@ -23,6 +25,7 @@ def state_snapshot() -> dict:
     snapshot["user.roles"] = sorted(
         apps.get_model("accounts.User").objects.values_list("username", "role", "is_active")
     )
+    snapshot["node.tokens"] = sorted(apps.get_model("nodes.EngineNode").objects.values_list("name", "token_hash"))
     snapshot["template.latest"] = sorted(
         apps.get_model("params.ParameterTemplate").objects.values_list("name", "latest_number")
     )

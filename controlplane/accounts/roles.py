@@ -21,6 +21,7 @@ class Action(models.TextChoices):
     ALERT_RESPOND = "alert.respond"
     USER_MANAGE = "user.manage"
     NODE_CREDENTIALS = "node.credentials"
+    NODE_OPERATE = "node.operate"
 
 
 _ALL = frozenset(Role)
@@ -36,6 +37,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.ALERT_RESPOND: frozenset({Role.ONCALL, Role.SRE, Role.ADMIN}),
     Action.USER_MANAGE: frozenset({Role.ADMIN}),
     Action.NODE_CREDENTIALS: frozenset({Role.SRE, Role.ADMIN}),
+    Action.NODE_OPERATE: frozenset({Role.SRE, Role.ADMIN}),
 }
 
 

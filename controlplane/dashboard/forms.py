@@ -63,3 +63,9 @@ class UserUpdateForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
     is_active = forms.BooleanField(required=False)
     reason = forms.CharField(max_length=500, required=False)
+
+
+class NodeCreateForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    pool = forms.CharField(max_length=64)
+    description = forms.CharField(max_length=500, required=False)

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from controlplane.dashboard.views import accounts, audit, overview, pools, templates, whitelists
+from controlplane.dashboard.views import accounts, audit, fleet, overview, pools, templates, whitelists
 
 app_name = "dashboard"
 urlpatterns = [
@@ -23,6 +23,10 @@ urlpatterns = [
     path("pools/<slug:name>/", pools.pool_detail, name="pool-detail"),
     path("pools/<slug:name>/publish/", pools.pool_publish, name="pool-publish"),
     path("pools/<slug:name>/rollback/", pools.pool_rollback, name="pool-rollback"),
+    path("fleet/", fleet.fleet, name="fleet"),
+    path("nodes/<slug:name>/", fleet.node_detail, name="node-detail"),
+    path("nodes/<slug:name>/command/", fleet.node_command, name="node-command"),
+    path("nodes/<slug:name>/token/", fleet.node_token, name="node-token"),
     path("audit/", audit.audit_log, name="audit"),
     path("users/", accounts.user_list, name="users"),
     path("users/<str:username>/", accounts.user_update, name="user-update"),

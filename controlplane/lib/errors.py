@@ -44,3 +44,11 @@ def check_slug(field: str, value) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,63}", value):
         raise InvalidField(field, SLUG_RULE)
     return value
+
+
+def required_text(field: str, value) -> str:
+    """A reason or other free text that must not be blank, stripped."""
+    value = (value or "").strip()
+    if not value:
+        raise InvalidField(field, "required: say why")
+    return value

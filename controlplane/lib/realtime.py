@@ -37,3 +37,31 @@ def send(groups: list[str], event: dict) -> None:
         return
     for group in groups:
         async_to_sync(layer.group_send)(group, event)
+
+
+def agents_group(pool_name: str) -> str:
+    """Every connected agent of a pool; config pushes go here once and fan out to all of them."""
+    return f"agents.{pool_name}"
+
+
+def node_group(node_id: int) -> str:
+    """One agent's connection: commands and credential revocation."""
+    return f"node.{node_id}"
+
+
+class ConfigPush(TypedDict):
+    type: str  # "config.push": AgentConsumer.config_push
+    version: VersionRef
+    hash: str
+    content: dict
+
+
+class NodeCommandEvent(TypedDict):
+    type: str  # "node.command": AgentConsumer.node_command
+    id: int
+    op: str
+
+
+class NodeUpdated(TypedDict):
+    type: str  # "node.updated": PoolEventsConsumer.node_updated
+    node: dict

@@ -8,8 +8,9 @@ from rest_framework.views import APIView
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.serializers import validated
-from controlplane.nodes import selectors, serializers, services
+from controlplane.nodes import selectors, serializers
 from controlplane.nodes.models import Pool
+from controlplane.nodes.services import pools as services
 from controlplane.params.diff import needs_restart
 from controlplane.params.selectors import template_get, template_version_get
 

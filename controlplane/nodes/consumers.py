@@ -1,4 +1,4 @@
-"""Live pool events for the dashboard: releases as they happen."""
+"""Live pool events for the dashboard: releases and node changes (rollout progress) as they happen."""
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
@@ -26,4 +26,7 @@ class PoolEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def pool_released(self, event):
+        await self.send_json(event)
+
+    async def node_updated(self, event):
         await self.send_json(event)

@@ -1,4 +1,4 @@
-"""Events about pools, sent to the fleet group and the pool's own group."""
+"""Events about pools and nodes: releases and node changes to browsers, config and commands to agents."""
 
 from controlplane.lib import realtime
 
@@ -7,6 +7,16 @@ def version_ref(version) -> realtime.VersionRef | None:
     if version is None:
         return None
     return {"template": version.template.name, "number": version.number, "hash": version.content_hash}
+
+
+def config_message(version) -> realtime.ConfigPush:
+    """The xDS-like push: version, hash of the effective parameters, and the parameters themselves."""
+    return {
+        "type": "config.push",
+        "version": version_ref(version),
+        "hash": version.content_hash,
+        "content": version.effective_params,
+    }
 
 
 def pool_released(release) -> None:
@@ -21,3 +31,18 @@ def pool_released(release) -> None:
         "at": release.created_at.isoformat(),
     }
     realtime.send([realtime.fleet_group(), realtime.pool_group(release.pool.name)], event)
+    realtime.send([realtime.agents_group(release.pool.name)], config_message(release.version))
+
+
+def node_command(command) -> None:
+    event: realtime.NodeCommandEvent = {"type": "node.command", "id": command.pk, "op": command.op}
+    realtime.send([realtime.node_group(command.node_id)], event)
+
+
+def node_revoked(node_id: int) -> None:
+    realtime.send([realtime.node_group(node_id)], {"type": "node.revoke"})
+
+
+def node_updated(summary: dict) -> None:
+    event: realtime.NodeUpdated = {"type": "node.updated", "node": summary}
+    realtime.send([realtime.fleet_group(), realtime.pool_group(summary["pool"])], event)

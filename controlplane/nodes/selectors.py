@@ -3,6 +3,7 @@
 from django.db.models import QuerySet
 
 from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.realtime import version_ref
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
 
@@ -40,3 +41,40 @@ def pool_change_preview(*, pool: Pool, version: TemplateVersion) -> list[FieldCh
     """What would change on the pool's nodes if `version` became desired."""
     current = pool.desired_version.effective_params if pool.desired_version else {}
     return params_diff(current, version.effective_params)
+
+
+def node_summary(*, node, now) -> dict:
+    """What the fleet view shows of one node; also the payload of live `node.updated` events."""
+    desired = node.pool.desired_version
+    return {
+        "name": node.name,
+        "pool": node.pool.name,
+        "status": node.status(now),
+        "backend": node.backend,
+        "engine_version": node.engine_version,
+        "hostname": node.hostname,
+        "applied": version_ref(node.applied_version),
+        "desired": version_ref(desired),
+        "in_sync": bool(desired) and node.applied_hash == desired.content_hash,
+        "last_nack_error": node.last_nack_error,
+        "nacked_desired": bool(desired) and node.last_nack_hash == desired.content_hash,
+        "last_seen_at": node.last_seen_at.isoformat() if node.last_seen_at else None,
+        "log_tail": node.log_tail[-20:],
+        "has_token": node.has_token,
+    }
+
+
+def pool_rollout(*, pool, now) -> dict:
+    """Which nodes run the desired version: acked, failed (NACKed it), or still pending."""
+    nodes = [
+        node_summary(node=n, now=now)
+        for n in pool.nodes.select_related("applied_version__template", "pool__desired_version__template")
+    ]
+    acked = sum(1 for n in nodes if n["in_sync"])
+    failed = sum(1 for n in nodes if n["nacked_desired"] and not n["in_sync"])
+    state = (
+        "idle"
+        if pool.desired_version is None
+        else ("failed" if failed else ("complete" if nodes and acked == len(nodes) else "in_progress"))
+    )
+    return {"pool": pool.name, "state": state, "total": len(nodes), "acked": acked, "failed": failed, "nodes": nodes}

@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from controlplane.lib.serializers import StrictSerializer
-from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
 from controlplane.params.serializers import FieldChangeSerializer
 
 
@@ -71,3 +71,38 @@ class PreviewSerializer(serializers.Serializer):
     target = VersionRefField(allow_null=True)
     needs_restart = serializers.BooleanField()
     changes = FieldChangeSerializer(many=True)
+
+
+class NodeCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=64)
+    pool = serializers.CharField()
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class ReasonSerializer(StrictSerializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class NodeCommandCreateSerializer(StrictSerializer):
+    op = serializers.ChoiceField(choices=NodeCommand.Op.choices)
+    reason = serializers.CharField(max_length=2000)
+
+
+class NodeCommandSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    requested_by = serializers.CharField(source="requested_by.username")
+
+    class Meta:
+        model = NodeCommand
+        fields = [
+            "id",
+            "node",
+            "op",
+            "state",
+            "progress",
+            "result",
+            "requested_by",
+            "reason",
+            "requested_at",
+            "finished_at",
+        ]

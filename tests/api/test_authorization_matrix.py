@@ -102,6 +102,16 @@ MATRIX: tuple[Call, ...] = (
     Call("pool-rollback-preview", "GET", EVERY_ROLE, 200, {"name": "staging"}),
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
+    Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("node-list", "GET", EVERY_ROLE, 200),
+    Call("node-list", "POST", OPERATORS, 201, data={"name": "gpu-2", "pool": "staging"}, writes=True),
+    Call("node-detail", "GET", EVERY_ROLE, 200, {"name": "gpu-1"}),
+    Call("node-token-rotate", "POST", OPERATORS, 201, {"name": "gpu-1"}, {"reason": "routine"}, writes=True),
+    Call("node-token-revoke", "POST", OPERATORS, 200, {"name": "gpu-1"}, {"reason": "host lost"}, writes=True),
+    Call("node-command-list", "GET", EVERY_ROLE, 200, {"name": "gpu-1"}),
+    Call(
+        "node-command-list", "POST", OPERATORS, 201, {"name": "gpu-1"}, {"op": "drain", "reason": "maint"}, writes=True
+    ),
     # The API description is for signed-in users only, like every other page (SERVE_PERMISSIONS).
     Call("schema", "GET", EVERY_ROLE, 200),
     Call("docs", "GET", EVERY_ROLE, 200),

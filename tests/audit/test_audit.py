@@ -11,7 +11,7 @@ from django.test import Client, RequestFactory
 from controlplane.accounts.models import User
 from controlplane.audit.models import AuditEntry, AuditImmutable
 from controlplane.audit.selectors import CSV_COLUMNS
-from controlplane.nodes.services import pool_create
+from controlplane.nodes.services.pools import pool_create
 from controlplane.params.services.templates import template_create
 
 pytestmark = pytest.mark.django_db

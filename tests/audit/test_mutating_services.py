@@ -6,13 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from django.utils import timezone
 
 import controlplane
 from controlplane.accounts import services as accounts
 from controlplane.audit.models import AuditEntry
 from controlplane.audit.services import MUTATING_SERVICES
 from controlplane.lib.request_id import bind_request_id
-from controlplane.nodes import services as nodes
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services import engine_nodes
+from controlplane.nodes.services import pools as nodes
 from controlplane.params.services import templates, whitelists
 from tests.conftest import PASSWORD
 from tests.factories import legal_whitelist, pools, template_with_versions
@@ -44,7 +47,49 @@ def _publish_twice_then(call):
     return run
 
 
+def _with_node_then(call):
+    """Register node gpu-1 in staging, connected, then run the call on it."""
+
+    def run(world):
+        node, _ = engine_nodes.node_create(actor=world["sre"], name="gpu-1", pool=world["staging"])
+        EngineNode.objects.filter(pk=node.pk).update(is_connected=True, last_seen_at=timezone.now())
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, node)
+
+    return run
+
+
 CASES: dict[str, Case] = {
+    "controlplane.nodes.services.engine_nodes.node_create": Case(
+        "node.create",
+        "sre",
+        "",
+        lambda w: engine_nodes.node_create(actor=w["sre"], name="gpu-9", pool=w["staging"]),
+    ),
+    "controlplane.nodes.services.engine_nodes.node_token_rotate": Case(
+        "node.token_rotate",
+        "admin",
+        "quarterly rotation",
+        _with_node_then(
+            lambda w, n: engine_nodes.node_token_rotate(actor=w["admin"], node=n, reason="quarterly rotation")
+        ),
+    ),
+    "controlplane.nodes.services.engine_nodes.node_token_revoke": Case(
+        "node.token_revoke",
+        "sre",
+        "host decommissioned",
+        _with_node_then(
+            lambda w, n: engine_nodes.node_token_revoke(actor=w["sre"], node=n, reason="host decommissioned")
+        ),
+    ),
+    "controlplane.nodes.services.engine_nodes.node_command_request": Case(
+        "node.restart",
+        "sre",
+        "engine wedged",
+        _with_node_then(
+            lambda w, n: engine_nodes.node_command_request(actor=w["sre"], node=n, op="restart", reason="engine wedged")
+        ),
+    ),
     "controlplane.accounts.services.user_create": Case(
         "user.create",
         "admin",
@@ -96,16 +141,16 @@ CASES: dict[str, Case] = {
             comment="add contracts",
         ),
     ),
-    "controlplane.nodes.services.pool_create": Case(
+    "controlplane.nodes.services.pools.pool_create": Case(
         "pool.create", "sre", "", lambda w: nodes.pool_create(actor=w["sre"], name="canary", is_production=False)
     ),
-    "controlplane.nodes.services.pool_publish": Case(
+    "controlplane.nodes.services.pools.pool_publish": Case(
         "pool.publish",
         "admin",
         "weekly release",
         lambda w: nodes.pool_publish(actor=w["admin"], pool=w["staging"], version=w["v1"], reason="weekly release"),
     ),
-    "controlplane.nodes.services.pool_rollback": Case(
+    "controlplane.nodes.services.pools.pool_rollback": Case(
         "pool.rollback",
         "sre",
         "latency regression",

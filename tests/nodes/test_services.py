@@ -7,7 +7,7 @@ from controlplane.lib.errors import Conflict, Forbidden, InvalidField
 from controlplane.nodes import selectors
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
 from controlplane.nodes.models import Pool, PoolRelease
-from controlplane.nodes.services import pool_create, pool_publish, pool_rollback
+from controlplane.nodes.services.pools import pool_create, pool_publish, pool_rollback
 from controlplane.params.services.templates import template_version_create
 from tests.factories import pools, template_with_versions
 from tests.helpers import state_snapshot
@@ -211,9 +211,13 @@ def test_release_event_is_sent_only_after_commit(sre, versions, staging_prod, se
     assert sent == []
     for callback in callbacks:
         callback()
-    [(groups, event)] = sent
+    [(groups, event), (agent_groups, push)] = sent
     assert groups == ["fleet", "pool.staging"]
     assert event["type"] == "pool.released"
+    # The same commit pushes the config to every agent of the pool, once, through the pool's agent group.
+    assert agent_groups == ["agents.staging"]
+    assert (push["type"], push["hash"]) == ("config.push", versions[0].content_hash)
+    assert push["content"] == versions[0].effective_params
     assert (event["pool"], event["kind"], event["actor"], event["reason"]) == ("staging", "publish", "sre", "go")
     assert event["version"] == {"template": "chat", "number": 1, "hash": versions[0].content_hash}
     assert event["previous_version"] is None

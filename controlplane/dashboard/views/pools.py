@@ -8,8 +8,9 @@ from controlplane.accounts.roles import Action
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.lib.errors import DomainError, InvalidField
-from controlplane.nodes import selectors, services
+from controlplane.nodes import selectors
 from controlplane.nodes.models import Pool
+from controlplane.nodes.services import pools as services
 from controlplane.params.diff import needs_restart
 from controlplane.params.models import TemplateVersion
 from controlplane.params.selectors import template_get, template_version_get

@@ -9,7 +9,7 @@ from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
 from controlplane.accounts.services import user_create
 from controlplane.nodes.models import Pool
-from controlplane.nodes.services import pool_create
+from controlplane.nodes.services.pools import pool_create
 from controlplane.params.models import ParameterTemplate, Whitelist
 from controlplane.params.services.templates import template_create, template_import
 from controlplane.params.services.whitelists import whitelist_create

@@ -4,7 +4,7 @@ from django.db import IntegrityError, transaction
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
-from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug
+from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, required_text
 from controlplane.nodes import realtime
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
 from controlplane.nodes.models import Pool, PoolRelease
@@ -31,7 +31,7 @@ def pool_create(*, actor, name: str, is_production: bool, description: str = "")
 @mutating_service
 def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = "") -> PoolRelease:
     """Make `version` the pool's desired version; production needs a prior non-production release or an override."""
-    reason = _required_text("reason", reason)
+    reason = required_text("reason", reason)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
         if locked.desired_version_id == version.pk:
@@ -55,7 +55,7 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
 @mutating_service
 def pool_rollback(*, actor, pool: Pool, reason: str, version: TemplateVersion | None = None) -> PoolRelease:
     """Return the pool to its previous version, or to `version` if it ran that one before."""
-    reason = _required_text("reason", reason)
+    reason = required_text("reason", reason)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
         if version is None:
@@ -93,10 +93,3 @@ def _release(pool: Pool, actor, kind: str, version: TemplateVersion, reason: str
     )
     transaction.on_commit(lambda: realtime.pool_released(release))
     return release
-
-
-def _required_text(field: str, value: str) -> str:
-    value = (value or "").strip()
-    if not value:
-        raise InvalidField(field, "required: say why")
-    return value

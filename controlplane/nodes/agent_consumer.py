@@ -1,0 +1,110 @@
+"""The agents' WebSocket: token authentication, hello and heartbeats, config push, ACK/NACK, commands."""
+
+import asyncio
+import logging
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from controlplane.lib import realtime
+from controlplane.nodes.services import agent_sessions
+
+log = logging.getLogger(__name__)
+
+UNAUTHORIZED = 4401
+HEARTBEAT_MISSED = 4408
+PROTOCOL_VERSION = 1
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):
+    """One connection per engine node; the consumer forwards, the agent_sessions services decide."""
+
+    node_id: int | None = None
+
+    async def connect(self):
+        node = await database_sync_to_async(agent_sessions.node_authenticate)(token=_bearer(self.scope))
+        if node is None:
+            await self.close(code=UNAUTHORIZED)
+            return
+        self.node_id = node.pk
+        self.groups_joined = [realtime.agents_group(node.pool.name), realtime.node_group(node.pk)]
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.send_json(
+            {
+                "type": "welcome",
+                "protocol": PROTOCOL_VERSION,
+                "node": node.name,
+                "pool": node.pool.name,
+                "heartbeat_s": settings.NODE_HEARTBEAT_S,
+            }
+        )
+        self.heard = asyncio.Event()
+        self.watchdog = asyncio.create_task(self._watch_heartbeats())
+
+    async def disconnect(self, code):
+        if self.node_id is None:
+            return
+        self.watchdog.cancel()
+        for group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await database_sync_to_async(agent_sessions.node_disconnected)(node_id=self.node_id)
+
+    async def receive_json(self, content, **kwargs):
+        kind = content.get("type") if isinstance(content, dict) else None
+        self.heard.set()
+        if kind == "hello":
+            push = await database_sync_to_async(agent_sessions.node_hello)(node_id=self.node_id, hello=content)
+            if push is not None:
+                await self.config_push(push)
+        elif kind == "heartbeat":
+            await database_sync_to_async(agent_sessions.node_heartbeat)(node_id=self.node_id, heartbeat=content)
+        elif kind in {"ack", "nack"}:
+            await database_sync_to_async(agent_sessions.node_config_result)(
+                node_id=self.node_id,
+                ok=kind == "ack",
+                content_hash=str(content.get("hash", "")),
+                version=content.get("version"),
+                error=str(content.get("error", "")),
+            )
+        elif kind == "command_progress":
+            await database_sync_to_async(agent_sessions.node_command_progress)(
+                node_id=self.node_id,
+                command_id=int(content.get("id", 0)),
+                state=str(content.get("state", "")),
+                progress=str(content.get("progress", "")),
+                result=str(content.get("result", "")),
+            )
+        else:
+            await self.send_json({"type": "error", "error": f"unknown message type {kind!r}"})
+
+    async def config_push(self, event):
+        await self.send_json({"type": "config", **{k: event[k] for k in ("version", "hash", "content")}})
+
+    async def node_command(self, event):
+        await self.send_json({"type": "command", "id": event["id"], "op": event["op"]})
+
+    async def node_revoke(self, event):
+        await self.close(code=UNAUTHORIZED)
+
+    async def _watch_heartbeats(self):
+        """Close a connection that went silent, so the node shows as lost instead of stale."""
+        while True:
+            self.heard.clear()
+            try:
+                await asyncio.wait_for(self.heard.wait(), timeout=settings.NODE_LOST_AFTER_S)
+            except TimeoutError:
+                log.warning("node %s missed its heartbeats; closing", self.node_id)
+                await self.close(code=HEARTBEAT_MISSED)
+                return
+
+
+def _bearer(scope) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin1").partition(" ")
+            if scheme.lower() == "bearer":
+                return token.strip()
+    return ""

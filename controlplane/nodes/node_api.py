@@ -1,0 +1,94 @@
+"""REST endpoints for engine nodes: registration and credentials, operations, fleet and rollout state."""
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.accounts.roles import Action
+from controlplane.lib.serializers import validated
+from controlplane.nodes import selectors, serializers
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services import engine_nodes as services
+
+_NODES = EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template")
+
+
+class NodeList(APIView):
+    """Every node with its status, applied and desired version (the fleet view)."""
+
+    required_action = Action.NODE_CREDENTIALS
+
+    def get(self, request):
+        now = timezone.now()
+        nodes = _NODES.all()
+        if "pool" in request.query_params:
+            nodes = nodes.filter(pool__name=request.query_params["pool"])
+        return Response({"results": [selectors.node_summary(node=n, now=now) for n in nodes]})
+
+    @extend_schema(request=serializers.NodeCreateSerializer, responses={201: dict})
+    def post(self, request):
+        data = validated(serializers.NodeCreateSerializer, request.data)
+        pool = generics.get_object_or_404(Pool, name=data["pool"])
+        node, token = services.node_create(
+            actor=request.user, name=data["name"], pool=pool, description=data["description"]
+        )
+        return Response(
+            {"node": selectors.node_summary(node=node, now=timezone.now()), "token": token},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class NodeDetail(APIView):
+    def get(self, request, name):
+        node = generics.get_object_or_404(_NODES, name=name)
+        return Response(selectors.node_summary(node=node, now=timezone.now()))
+
+
+class NodeTokenRotate(APIView):
+    """Issue a new token (shown once in the response); the old one stops working at once."""
+
+    required_action = Action.NODE_CREDENTIALS
+
+    @extend_schema(request=serializers.ReasonSerializer, responses={201: dict})
+    def post(self, request, name):
+        node = generics.get_object_or_404(EngineNode, name=name)
+        data = validated(serializers.ReasonSerializer, request.data)
+        token = services.node_token_rotate(actor=request.user, node=node, reason=data["reason"])
+        return Response({"node": node.name, "token": token}, status=status.HTTP_201_CREATED)
+
+
+class NodeTokenRevoke(APIView):
+    required_action = Action.NODE_CREDENTIALS
+
+    @extend_schema(request=serializers.ReasonSerializer, responses={200: dict})
+    def post(self, request, name):
+        node = generics.get_object_or_404(EngineNode, name=name)
+        data = validated(serializers.ReasonSerializer, request.data)
+        services.node_token_revoke(actor=request.user, node=node, reason=data["reason"])
+        return Response({"node": node.name, "revoked": True})
+
+
+class NodeCommandList(generics.ListAPIView):
+    serializer_class = serializers.NodeCommandSerializer
+    required_action = Action.NODE_OPERATE
+
+    def get_queryset(self):
+        node = generics.get_object_or_404(EngineNode, name=self.kwargs["name"])
+        return node.commands.select_related("node", "requested_by")
+
+    @extend_schema(request=serializers.NodeCommandCreateSerializer, responses={201: serializers.NodeCommandSerializer})
+    def post(self, request, name):
+        node = generics.get_object_or_404(EngineNode, name=name)
+        data = validated(serializers.NodeCommandCreateSerializer, request.data)
+        command = services.node_command_request(actor=request.user, node=node, op=data["op"], reason=data["reason"])
+        return Response(serializers.NodeCommandSerializer(command).data, status=status.HTTP_201_CREATED)
+
+
+class PoolRollout(APIView):
+    """Which nodes of the pool run its desired version: acked, failed, pending."""
+
+    def get(self, request, name):
+        pool = generics.get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
+        return Response(selectors.pool_rollout(pool=pool, now=timezone.now()))

@@ -1,0 +1,137 @@
+"""What agents report over their connection: hello, heartbeats, ACK/NACK and command progress.
+
+These are the node's own telemetry, not changes made by a person, so they are not audited; every
+change a browser should see is broadcast as `node.updated`.
+"""
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.nodes import realtime, tokens
+from controlplane.nodes.models import EngineNode, NodeCommand
+from controlplane.nodes.selectors import node_summary
+from controlplane.params.models import TemplateVersion
+
+LOG_TAIL_LINES = 50
+_STATUSES = set(EngineNode.Status.values) - {EngineNode.Status.LOST}
+
+
+def node_authenticate(*, token: str) -> EngineNode | None:
+    """The node whose current token this is, or None; the hash lookup leaks nothing about the token."""
+    if not token.startswith(tokens.PREFIX):
+        return None
+    node = EngineNode.objects.select_related("pool").filter(token_hash=tokens.token_hash(token)).first()
+    return node if node and tokens.token_matches(token, node.token_hash) else None
+
+
+def node_hello(*, node_id: int, hello: dict) -> dict | None:
+    """Record the agent's identity and applied config; return the config to push if it is not the desired one."""
+    now = timezone.now()
+    applied_hash = str(hello.get("applied_hash") or "")
+    with transaction.atomic():
+        node = _locked(node_id)
+        node.hostname = str(hello.get("hostname", ""))[:255]
+        node.backend = str(hello.get("backend", ""))[:32]
+        node.engine_version = str(hello.get("engine_version", ""))[:64]
+        node.agent_version = str(hello.get("agent_version", ""))[:32]
+        node.gpus = hello.get("gpus") if isinstance(hello.get("gpus"), list) else []
+        node.reported_status = _status(hello.get("status"), node.reported_status)
+        node.is_connected = True
+        node.connected_at = node.last_seen_at = now
+        if applied_hash != node.applied_hash:
+            node.applied_hash = applied_hash
+            node.applied_version = _version_by_hash(applied_hash, hello.get("applied_version"))
+            node.applied_at = now
+        node.save()
+    _broadcast(node)
+    desired = node.pool.desired_version
+    if desired is not None and desired.content_hash != applied_hash:
+        return realtime.config_message(desired)
+    return None
+
+
+def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
+    """Keep the node alive; broadcast only when something a person would see has changed."""
+    node = EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template").get(
+        pk=node_id
+    )
+    status = _status(heartbeat.get("status"), node.reported_status)
+    log_tail = heartbeat.get("log_tail")
+    changed = status != node.reported_status or (isinstance(log_tail, list) and log_tail != node.log_tail)
+    node.reported_status = status
+    node.last_seen_at = timezone.now()
+    fields = ["reported_status", "last_seen_at"]
+    if isinstance(log_tail, list):
+        node.log_tail = [str(line)[:500] for line in log_tail[-LOG_TAIL_LINES:]]
+        fields.append("log_tail")
+    node.save(update_fields=fields)
+    if changed:
+        _broadcast(node)
+
+
+def node_config_result(*, node_id: int, ok: bool, content_hash: str, version: dict | None, error: str = "") -> None:
+    """An ACK moves the node's applied version; a NACK keeps it and records the error."""
+    now = timezone.now()
+    with transaction.atomic():
+        node = _locked(node_id)
+        node.last_seen_at = now
+        if ok:
+            node.applied_hash = content_hash
+            node.applied_version = _version_by_hash(content_hash, version)
+            node.applied_at = now
+            if node.last_nack_hash == content_hash:
+                node.last_nack_hash, node.last_nack_error = "", ""
+        else:
+            node.last_nack_hash = content_hash
+            node.last_nack_error = (error or "rejected without a reason")[:4000]
+            node.last_nack_at = now
+        node.save()
+    _broadcast(node)
+
+
+def node_command_progress(*, node_id: int, command_id: int, state: str, progress: str = "", result: str = "") -> None:
+    """Record how a command is going; a finished command keeps its final state."""
+    if state not in NodeCommand.State.values:
+        return
+    updates = {"state": state, "progress": progress[:500], "result": result[:4000]}
+    if state in {NodeCommand.State.SUCCEEDED, NodeCommand.State.FAILED}:
+        updates["finished_at"] = timezone.now()
+    NodeCommand.objects.filter(pk=command_id, node_id=node_id, finished_at__isnull=True).update(**updates)
+    _broadcast(EngineNode.objects.get(pk=node_id))
+
+
+def node_disconnected(*, node_id: int) -> None:
+    EngineNode.objects.filter(pk=node_id).update(is_connected=False)
+    node = EngineNode.objects.filter(pk=node_id).first()
+    if node is not None:
+        _broadcast(node)
+
+
+def _locked(node_id: int) -> EngineNode:
+    return EngineNode.objects.select_for_update().select_related("pool__desired_version__template").get(pk=node_id)
+
+
+def _status(value, default: str) -> str:
+    return value if value in _STATUSES else default
+
+
+def _version_by_hash(content_hash: str, ref) -> TemplateVersion | None:
+    """The version an agent reports by reference, trusted only when its hash matches."""
+    if not content_hash or not isinstance(ref, dict):
+        return None
+    version = (
+        TemplateVersion.objects.select_related("template")
+        .filter(template__name=ref.get("template"), number=ref.get("number"))
+        .first()
+    )
+    return version if version is not None and version.content_hash == content_hash else None
+
+
+def _broadcast(node: EngineNode) -> None:
+    summary = node_summary(
+        node=EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template").get(
+            pk=node.pk
+        ),
+        now=timezone.now(),
+    )
+    transaction.on_commit(lambda: realtime.node_updated(summary))

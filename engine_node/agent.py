@@ -1,0 +1,232 @@
+"""The agent: starts the engine on the last good config, serves the gateway, applies pushed configs.
+
+A config whose engine flags equal the running ones is hot: the gateway swaps its parameters and no
+request notices. Otherwise it is cold: drain, restart the engine with the new flags, confirm it serves,
+resume. A config that cannot be applied is NACKed and the node goes back to (and keeps serving) the
+last good one.
+"""
+
+import asyncio
+import logging
+import platform
+import socket
+
+from aiohttp import web
+
+from engine_node import __version__, metrics
+from engine_node.admission import Admission
+from engine_node.config import ConfigRejected, NodeConfig, engine_args
+from engine_node.control import ControlLink
+from engine_node.engine import EngineProcess, EngineStartFailed
+from engine_node.gateway import Gateway
+from engine_node.settings import AgentSettings
+from engine_node.state import LastGoodStore
+
+log = logging.getLogger("engine_node.agent")
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings):
+        self.settings = settings
+        self.status = "starting"
+        self.store = LastGoodStore(settings.state_dir)
+        self.config: NodeConfig | None = None
+        self.engine = EngineProcess(settings, on_state=self._engine_state)
+        self.admission = Admission(settings.queue_timeout_s)
+        self.gateway = Gateway(
+            engine_url=lambda: self.engine.base_url,
+            admission=self.admission,
+            status=self.health,
+            node_name=settings.node_name,
+        )
+        self.link: ControlLink | None = None
+        self._apply_lock = asyncio.Lock()
+        self._sent_log_tail: list[str] = []
+        # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
+        self._held = False
+        metrics.IN_FLIGHT.set_function(lambda: self.admission.in_flight)
+
+    async def run(self) -> None:
+        """Serve until cancelled: engine first (last good config), then the gateway, then the control plane."""
+        await self.start()
+        try:
+            if self.link is not None:
+                await self.link.run()
+            else:
+                await asyncio.Event().wait()
+        finally:
+            await self.close()
+
+    async def start(self) -> None:
+        self.config = self.store.load()
+        if self.config is not None:
+            log.info("starting on the last good config %s", self.config.label)
+            self.gateway.apply_hot(self.config.content)
+        await self.engine.start(engine_args(self.config, self.settings))
+        self.status = "online"
+        self._runner = web.AppRunner(self.gateway.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]
+        log.info("gateway on http://%s:%s, engine on %s", self.settings.host, self.port, self.engine.base_url)
+        if self.settings.control_plane_url:
+            self.link = ControlLink(
+                url=self.settings.control_plane_url,
+                token=self.settings.token,
+                hello=self.hello,
+                heartbeat=self.heartbeat,
+                on_message=self.on_message,
+            )
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+        await self.engine.close()
+
+    def hello(self) -> dict:
+        return {
+            "type": "hello",
+            "node": self.settings.node_name,
+            "hostname": socket.gethostname(),
+            "backend": self.settings.backend,
+            "engine_version": self.engine.version,
+            "agent_version": __version__,
+            "platform": platform.platform(),
+            "gpus": [],
+            "status": self.status,
+            "applied_version": self.config.version if self.config else None,
+            "applied_hash": self.config.hash if self.config else "",
+        }
+
+    def heartbeat(self) -> dict:
+        message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
+        tail = list(self.engine.log_tail)[-20:]
+        if tail != self._sent_log_tail:
+            message["log_tail"] = self._sent_log_tail = tail
+        return message
+
+    def health(self) -> dict:
+        return {
+            "status": self.status,
+            "node": self.settings.node_name,
+            "backend": self.settings.backend,
+            "applied": self.config.label if self.config else None,
+            "in_flight": self.admission.in_flight,
+        }
+
+    async def on_message(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "config":
+            await self.apply(message)
+        elif kind == "command":
+            await self.command(int(message.get("id", 0)), str(message.get("op", "")))
+
+    async def apply(self, message: dict) -> None:
+        """Apply a pushed config and answer ACK, or NACK with the reason while serving the last good one."""
+        async with self._apply_lock:
+            try:
+                config = NodeConfig.from_message(message)
+            except ConfigRejected as exc:
+                await self._reply("nack", message.get("hash", ""), message.get("version"), str(exc))
+                return
+            if self.config is not None and config.hash == self.config.hash:
+                await self._reply("ack", config.hash, config.version)
+                return
+            new_args = engine_args(config, self.settings)
+            kind = "cold" if new_args != self.engine.args else "hot"
+            try:
+                if kind == "cold":
+                    await self._restart_engine(new_args, reason=f"config {config.label}")
+                self.gateway.apply_hot(config.content)
+            except EngineStartFailed as exc:
+                metrics.CONFIG_APPLIES.labels(result="nack", kind=kind).inc()
+                await self._reply("nack", config.hash, config.version, str(exc))
+                await self._recover()
+                return
+            self.config = config
+            self.store.save(config)
+            metrics.CONFIG_APPLIES.labels(result="ack", kind=kind).inc()
+            log.info("applied %s (%s)", config.label, kind)
+            await self._reply("ack", config.hash, config.version)
+
+    async def command(self, command_id: int, op: str) -> None:
+        async def progress(state: str, text: str = "", result: str = "") -> None:
+            await self._send(
+                {"type": "command_progress", "id": command_id, "state": state, "progress": text, "result": result}
+            )
+
+        async with self._apply_lock:
+            try:
+                if op == "drain":
+                    await progress("running", "closing the gate and waiting for in-flight requests")
+                    self._held = True
+                    done, waited = await self.admission.drain(self.settings.drain_timeout_s)
+                    self.status = "draining"
+                    await progress(
+                        "succeeded",
+                        result=f"drained in {waited:.1f}s"
+                        if done
+                        else f"gate closed; {self.admission.in_flight} requests still running after {waited:.0f}s",
+                    )
+                elif op == "resume":
+                    self._held = False
+                    self.admission.resume()
+                    self.status = "online"
+                    await progress("succeeded", result="gate open, serving")
+                elif op == "restart":
+                    await progress("running", "draining, then restarting the engine")
+                    await self._restart_engine(self.engine.args, reason="operator request")
+                    await progress("succeeded", result=f"engine restarted and serving ({self.engine.version})")
+                else:
+                    await progress("failed", result=f"unknown operation {op!r}")
+            except EngineStartFailed as exc:
+                await progress("failed", result=str(exc))
+                await self._recover()
+
+    async def _restart_engine(self, args: list[str], *, reason: str) -> None:
+        """Drain (bounded), restart with `args`, confirm a real request succeeds, reopen the gate."""
+        self.status = "draining"
+        done, waited = await self.admission.drain(self.settings.drain_timeout_s)
+        if not done:
+            log.warning("drain timed out after %.0fs with %d in flight", waited, self.admission.in_flight)
+        self.status = "restarting"
+        metrics.ENGINE_RESTARTS.labels(cause="config" if reason.startswith("config") else "operator").inc()
+        await self.engine.stop()
+        await self.engine.start(args)
+        self._reopen()
+
+    async def _recover(self) -> None:
+        """After a failed start, bring the engine back on the last good config and reopen the gate."""
+        self.status = "degraded"
+        args = engine_args(self.config, self.settings)
+        while True:
+            try:
+                await self.engine.stop()
+                await self.engine.start(args)
+                break
+            except EngineStartFailed as exc:
+                log.error("engine does not start on the last good config either: %s", exc)
+                await asyncio.sleep(5)
+        self._reopen()
+
+    def _reopen(self) -> None:
+        if self._held:
+            self.status = "draining"
+            return
+        self.admission.resume()
+        self.status = "online"
+
+    def _engine_state(self, state: str) -> None:
+        if state == "degraded":
+            metrics.ENGINE_RESTARTS.labels(cause="crash").inc()
+        self.status = state
+
+    async def _reply(self, kind: str, content_hash: str, version, error: str = "") -> None:
+        message = {"type": kind, "hash": content_hash, "version": version}
+        if error:
+            message["error"] = error
+        await self._send(message)
+
+    async def _send(self, message: dict) -> None:
+        if self.link is not None:
+            await self.link.send(message)

@@ -1,0 +1,113 @@
+"""The one WebSocket to the control plane: hello, heartbeats, pushed configs and commands, reconnects.
+
+Reconnects back off exponentially with full jitter, capped at 30 s, and start again from 0.5 s once a
+connection has held; a revoked token (close code 4401) keeps retrying at the cap until an admin acts.
+"""
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+
+from engine_node import metrics
+
+log = logging.getLogger("engine_node.control")
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+UNAUTHORIZED = 4401
+
+
+def backoff_delay(attempt: int, rng: random.Random) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2**attempt)], never below 0.1 s."""
+    return max(0.1, rng.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2**attempt)))
+
+
+class ControlLink:
+    """Keeps the connection up and hands each message to the agent; `send` is safe from any task."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str,
+        hello: Callable[[], dict],
+        heartbeat: Callable[[], dict],
+        on_message: Callable[[dict], Awaitable[None]],
+    ):
+        self.url = url
+        self.token = token
+        self._hello = hello
+        self._heartbeat = heartbeat
+        self._on_message = on_message
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._rng = random.Random()  # noqa: S311 - jitter, not a secret
+        self._handlers: set[asyncio.Task] = set()
+        self.connected = asyncio.Event()
+
+    async def run(self) -> None:
+        attempt = 0
+        async with aiohttp.ClientSession() as session:
+            while True:
+                code = None
+                try:
+                    code, held = await self._session(session)
+                    attempt = 0 if held else attempt + 1
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    log.warning("control plane unreachable: %s", exc)
+                    attempt += 1
+                self._ws = None
+                self.connected.clear()
+                metrics.CONNECTED.set(0)
+                if code == UNAUTHORIZED:
+                    log.error("control plane refused this node's token; ask an admin for a new one")
+                    attempt = 10
+                await asyncio.sleep(backoff_delay(attempt, self._rng))
+
+    async def _session(self, session: aiohttp.ClientSession) -> tuple[int | None, bool]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with session.ws_connect(self.url, headers=headers, heartbeat=20, timeout=10) as ws:
+            welcome = await ws.receive(timeout=10)
+            if welcome.type != aiohttp.WSMsgType.TEXT:
+                return ws.close_code, False
+            interval = float(json.loads(welcome.data).get("heartbeat_s", 2))
+            self._ws = ws
+            await self.send(self._hello())
+            self.connected.set()
+            metrics.CONNECTED.set(1)
+            log.info("connected to the control plane")
+            beats = asyncio.create_task(self._beat(interval))
+            try:
+                async for message in ws:
+                    if message.type == aiohttp.WSMsgType.TEXT:
+                        task = asyncio.create_task(self._handle(json.loads(message.data)))
+                        self._handlers.add(task)
+                        task.add_done_callback(self._handlers.discard)
+                    elif message.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                        break
+            finally:
+                beats.cancel()
+            return ws.close_code, True
+
+    async def _handle(self, message: dict) -> None:
+        try:
+            await self._on_message(message)
+        except Exception:
+            log.exception("handling %s failed", message.get("type"))
+
+    async def _beat(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self.send(self._heartbeat())
+
+    async def send(self, message: dict) -> None:
+        ws = self._ws
+        if ws is None or ws.closed:
+            return
+        try:
+            await ws.send_json(message)
+        except (ConnectionResetError, aiohttp.ClientError) as exc:
+            log.warning("send failed (%s); the reconnect will reconcile", exc)

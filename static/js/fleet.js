@@ -1,0 +1,80 @@
+// Fleet view: applies live `node.updated` events to the node rows and recounts each pool's rollout.
+(function () {
+  const script = document.currentScript;
+  const state = document.getElementById("live-state");
+  let delay = 1000;
+
+  function text(cell, value) {
+    if (cell) cell.textContent = value;
+  }
+
+  function ref(v) {
+    return v ? v.template + " v" + v.number : "—";
+  }
+
+  function recount(section) {
+    const rows = section.querySelectorAll("tr[data-node]");
+    const acked = [...rows].filter((r) => r.dataset.inSync === "1").length;
+    const failed = [...rows].filter((r) => r.dataset.nacked === "1" && r.dataset.inSync !== "1").length;
+    const badge = section.querySelector(".rollout-state");
+    if (!badge) return;
+    let label = "in progress";
+    if (failed) label = "failed";
+    else if (rows.length && acked === rows.length) label = "complete";
+    badge.className = "rollout-state badge state-" + label.replace(" ", "_");
+    badge.textContent = label + " · " + acked + "/" + rows.length + " on desired" + (failed ? " · " + failed + " failed" : "");
+  }
+
+  function apply(node) {
+    const section = document.querySelector('[data-rollout="' + node.pool + '"]');
+    if (!section) return;
+    let row = section.querySelector('tr[data-node="' + node.name + '"]');
+    if (!row) {
+      const empty = section.querySelector("tr.empty");
+      if (empty) empty.remove();
+      row = document.createElement("tr");
+      row.dataset.node = node.name;
+      row.innerHTML =
+        '<td><a href="/nodes/' + encodeURIComponent(node.name) + '/"></a></td><td><span class="badge" data-field="status"></span></td>' +
+        '<td data-field="applied"></td><td data-field="backend"></td><td data-field="engine_version" class="mono small"></td>' +
+        '<td data-field="last_nack_error" class="error small"></td><td data-field="last_seen_at" class="muted small"></td>';
+      row.querySelector("a").textContent = node.name;
+      section.querySelector("tbody").append(row);
+    }
+    row.dataset.inSync = node.in_sync ? "1" : "0";
+    row.dataset.nacked = node.nacked_desired ? "1" : "0";
+    const status = row.querySelector('[data-field="status"]');
+    status.className = "badge status-" + node.status;
+    text(status, node.status);
+    const applied = row.querySelector('[data-field="applied"]');
+    text(applied, ref(node.applied));
+    applied.className = node.in_sync ? "" : "warn";
+    text(row.querySelector('[data-field="backend"]'), node.backend + (node.backend === "simulator" ? " (simulated)" : ""));
+    text(row.querySelector('[data-field="engine_version"]'), node.engine_version || "—");
+    text(row.querySelector('[data-field="last_nack_error"]'), node.last_nack_error || "");
+    text(row.querySelector('[data-field="last_seen_at"]'), (node.last_seen_at || "never").slice(0, 19));
+    recount(section);
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + location.host + script.dataset.wsPath);
+    socket.onopen = () => {
+      delay = 1000;
+      state.textContent = "live";
+      state.className = "live on";
+    };
+    socket.onmessage = (message) => {
+      const event = JSON.parse(message.data);
+      if (event.type === "node.updated") apply(event.node);
+      if (event.type === "pool.released") location.reload();
+    };
+    socket.onclose = () => {
+      state.textContent = "reconnecting";
+      state.className = "live off";
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 30000);
+    };
+  }
+  connect();
+})();
