@@ -29,6 +29,7 @@ class Agent:
     def __init__(self, settings: AgentSettings):
         self.settings = settings
         self.status = "starting"
+        self._background: set[asyncio.Task] = set()
         self.store = LastGoodStore(settings.state_dir)
         self.config: NodeConfig | None = None
         self.engine = EngineProcess(settings, on_state=self._engine_state)
@@ -63,7 +64,7 @@ class Agent:
             log.info("starting on the last good config %s", self.config.label)
             self.gateway.apply_hot(self.config.content)
         await self.engine.start(engine_args(self.config, self.settings))
-        self.status = "online"
+        self._set_status("online")
         self._runner = web.AppRunner(self.gateway.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
@@ -112,6 +113,8 @@ class Agent:
             "backend": self.settings.backend,
             "applied": self.config.label if self.config else None,
             "in_flight": self.admission.in_flight,
+            "engine_pid": self.engine.pid,
+            "engine_version": self.engine.version,
         }
 
     async def on_message(self, message: dict) -> None:
@@ -161,7 +164,7 @@ class Agent:
                     await progress("running", "closing the gate and waiting for in-flight requests")
                     self._held = True
                     done, waited = await self.admission.drain(self.settings.drain_timeout_s)
-                    self.status = "draining"
+                    self._set_status("draining")
                     await progress(
                         "succeeded",
                         result=f"drained in {waited:.1f}s"
@@ -171,7 +174,7 @@ class Agent:
                 elif op == "resume":
                     self._held = False
                     self.admission.resume()
-                    self.status = "online"
+                    self._set_status("online")
                     await progress("succeeded", result="gate open, serving")
                 elif op == "restart":
                     await progress("running", "draining, then restarting the engine")
@@ -185,11 +188,11 @@ class Agent:
 
     async def _restart_engine(self, args: list[str], *, reason: str) -> None:
         """Drain (bounded), restart with `args`, confirm a real request succeeds, reopen the gate."""
-        self.status = "draining"
+        self._set_status("draining")
         done, waited = await self.admission.drain(self.settings.drain_timeout_s)
         if not done:
             log.warning("drain timed out after %.0fs with %d in flight", waited, self.admission.in_flight)
-        self.status = "restarting"
+        self._set_status("restarting")
         metrics.ENGINE_RESTARTS.labels(cause="config" if reason.startswith("config") else "operator").inc()
         await self.engine.stop()
         await self.engine.start(args)
@@ -197,7 +200,7 @@ class Agent:
 
     async def _recover(self) -> None:
         """After a failed start, bring the engine back on the last good config and reopen the gate."""
-        self.status = "degraded"
+        self._set_status("degraded")
         args = engine_args(self.config, self.settings)
         while True:
             try:
@@ -211,15 +214,25 @@ class Agent:
 
     def _reopen(self) -> None:
         if self._held:
-            self.status = "draining"
+            self._set_status("draining")
             return
         self.admission.resume()
-        self.status = "online"
+        self._set_status("online")
+
+    def _set_status(self, status: str) -> None:
+        """Change the node's status and tell the control plane now, not at the next heartbeat."""
+        if status == self.status:
+            return
+        self.status = status
+        if self.link is not None and self.link.connected.is_set():
+            task = asyncio.create_task(self.link.send(self.heartbeat()))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def _engine_state(self, state: str) -> None:
         if state == "degraded":
             metrics.ENGINE_RESTARTS.labels(cause="crash").inc()
-        self.status = state
+        self._set_status(state)
 
     async def _reply(self, kind: str, content_hash: str, version, error: str = "") -> None:
         message = {"type": kind, "hash": content_hash, "version": version}

@@ -108,7 +108,11 @@ def node_disconnected(*, node_id: int) -> None:
 
 
 def _locked(node_id: int) -> EngineNode:
-    return EngineNode.objects.select_for_update().select_related("pool__desired_version__template").get(pk=node_id)
+    return (
+        EngineNode.objects.select_for_update(of=("self",))
+        .select_related("pool__desired_version__template")
+        .get(pk=node_id)
+    )
 
 
 def _status(value, default: str) -> str:

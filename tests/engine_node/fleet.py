@@ -1,0 +1,142 @@
+"""Helpers for tests that run real agents (subprocesses) against a real control plane (daphne)."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from tests.live_server import ROOT, free_port, wait_for_port
+
+FAST_PROFILE = """
+latency:
+  time_scale: 0.05
+reply_length:
+  median: 12
+  sigma: 0.3
+  min: 4
+  max: 32
+"""
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+class AgentProcess:
+    """`python -m engine_node` on the simulator backend, with its own gateway port and state directory."""
+
+    def __init__(self, *, name: str, token: str, control_plane_url: str, work: Path, profile: Path):
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state_dir = work / name
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.state_dir / "agent.log"
+        self.args = [
+            sys.executable,
+            "-m",
+            "engine_node",
+            "--backend",
+            "simulator",
+            "--simulator-profile",
+            str(profile),
+            "--node-name",
+            name,
+            "--control-plane-url",
+            control_plane_url,
+            "--port",
+            str(self.port),
+            "--state-dir",
+            str(self.state_dir),
+            "--probe-interval",
+            "1",
+            "--drain-timeout",
+            "10",
+            "--queue-timeout",
+            "10",
+        ]
+        self.env = {**os.environ, "ENGINE_NODE_TOKEN": token}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        out = open(self.log_path, "a")  # noqa: SIM115 - kept open for the process's life
+        self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, 30, self.process)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def health(self) -> dict:
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=5) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return json.loads(exc.read())
+
+    def chat(self, text: str = "我的订单到哪了？", timeout_s: float = 30) -> tuple[int, dict]:
+        body = json.dumps(
+            {"model": "simulated-chat-model", "messages": [{"role": "user", "content": text}], "max_tokens": 16}
+        ).encode()
+        request = urllib.request.Request(
+            f"{self.url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, {"retry_after": exc.headers.get("Retry-After")}
+
+
+class Traffic:
+    """Steady chat requests to every agent from background threads; counts outcomes by status."""
+
+    def __init__(self, agents: list[AgentProcess], per_agent_threads: int = 2):
+        self.agents = agents
+        self.outcomes: Counter = Counter()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(agent,), daemon=True)
+            for agent in agents
+            for _ in range(per_agent_threads)
+        ]
+
+    def _loop(self, agent: AgentProcess) -> None:
+        while not self._stop.is_set():
+            try:
+                status, _ = agent.chat()
+            except Exception as exc:  # a reset or refused connection is exactly what must not happen
+                status = "exception"
+                self.errors.append(f"{agent.name}: {exc!r}")
+            self.outcomes[status] += 1
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    @property
+    def failed(self) -> int:
+        return sum(count for status, count in self.outcomes.items() if status != 200)

@@ -1,0 +1,146 @@
+"""Three agents on the simulator against the real control plane (daphne, Redis layer, Postgres).
+
+Publish → every node ACKs and the fleet shows the version; an engine flag the backend rejects → NACK,
+the node keeps serving its previous version and the rollout is failed; the control plane going away
+fails no request and the agents reconcile when it is back; a killed engine is restarted.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+from django.utils import timezone
+
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.selectors import pool_rollout
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+
+def document(**sections) -> dict:
+    return {"inference_params": {"max_tokens": {"whitelist": []}, **sections}}
+
+
+def nodes_on(version) -> list[str]:
+    return sorted(EngineNode.objects.filter(applied_hash=version.content_hash).values_list("name", flat=True))
+
+
+@pytest.fixture
+def fleet(tmp_path, sre):
+    """daphne + pool `staging` + three registered nodes running agents on the simulator."""
+    profile = tmp_path / "fast.yaml"
+    profile.write_text(FAST_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    template = template_create(actor=sre, name="chat")
+    agents = []
+    for i in range(1, 4):
+        node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
+        agents.append(
+            AgentProcess(
+                name=node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+            )
+        )
+    try:
+        for agent in agents:
+            agent.start()
+        wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 3, 30, "three agents to connect")
+        yield {"server": server, "pool": pool, "template": template, "agents": agents}
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
+
+
+def test_publish_acks_nack_keeps_serving(fleet, sre):
+    pool, template, agents = fleet["pool"], fleet["template"], fleet["agents"]
+    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
+    v2 = template_version_create(
+        actor=sre,
+        template=template,
+        document=document(temperature={"strict": 0.2}, engine={"max_num_seqs": 32}),
+        base_number=1,
+    )
+    # The engine accepts any max_model_len up to the model's 40960 positions; 65536 must fail at start-up.
+    v3 = template_version_create(
+        actor=sre, template=template, document=document(engine={"max_model_len": 65536}), base_number=2
+    )
+
+    with Traffic(agents) as traffic:
+        pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+        wait_until(lambda: nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"], 30, "all nodes to ACK v1")
+        started = time.monotonic()
+        pool_publish(actor=sre, pool=Pool.objects.get(pk=pool.pk), version=v2, reason="cold change: max_num_seqs")
+        wait_until(lambda: nodes_on(v2) == ["gpu-1", "gpu-2", "gpu-3"], 60, "all nodes to ACK v2")
+        acked_after = time.monotonic() - started
+    assert traffic.outcomes[200] > 0
+    assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+    rollout = pool_rollout(pool=Pool.objects.get(pk=pool.pk), now=timezone.now())
+    assert (rollout["state"], rollout["acked"], rollout["total"]) == ("complete", 3, 3)
+    assert {n["applied"]["number"] for n in rollout["nodes"]} == {2}
+    assert acked_after < 60
+
+    pool_publish(actor=sre, pool=Pool.objects.get(pk=pool.pk), version=v3, reason="longer context")
+    wait_until(
+        lambda: EngineNode.objects.filter(last_nack_hash=v3.content_hash).count() == 3, 60, "all nodes to NACK v3"
+    )
+    node = EngineNode.objects.get(name="gpu-1")
+    assert "max_model_len" in node.last_nack_error
+    assert node.applied_hash == v2.content_hash
+    rollout = pool_rollout(pool=Pool.objects.get(pk=pool.pk), now=timezone.now())
+    assert (rollout["state"], rollout["failed"]) == ("failed", 3)
+    # Every node went back to v2's engine and serves.
+    wait_until(lambda: all(a.health()["status"] == "online" for a in agents), 30, "nodes back online on v2")
+    for agent in agents:
+        status, body = agent.chat()
+        assert status == 200 and body["choices"][0]["message"]["content"]
+        assert agent.health()["applied"] == "chat v2"
+
+
+def test_control_plane_outage_fails_no_request_and_agents_reconcile(fleet, sre):
+    pool, template, agents, server = fleet["pool"], fleet["template"], fleet["agents"], fleet["server"]
+    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
+    pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+    wait_until(lambda: nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"], 30, "all nodes to ACK v1")
+
+    with Traffic(agents) as traffic:
+        server.stop()
+        # While the control plane is away, a new version is decided; agents learn it on reconnect.
+        v2 = template_version_create(
+            actor=sre, template=template, document=document(batch={"timeout_ms": 40}), base_number=1
+        )
+        EngineNode.objects.update(is_connected=False)
+        Pool.objects.filter(pk=pool.pk).update(desired_version=v2)
+        time.sleep(3)
+        restarted = time.monotonic()
+        server.start()
+        wait_until(lambda: nodes_on(v2) == ["gpu-1", "gpu-2", "gpu-3"], 15, "agents to reconnect and apply v2")
+        reconciled_after = time.monotonic() - restarted
+    assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+    assert traffic.outcomes[200] > 0
+    assert reconciled_after < 5, f"reconciled {reconciled_after:.1f}s after the control plane came back"
+
+
+def test_killed_engine_is_restarted_and_node_shows_degraded_then_online(fleet, sre):
+    agent = fleet["agents"][0]
+    engine_pid = agent.health()["engine_pid"]
+    seen: list[str] = []
+    os.kill(engine_pid, signal.SIGKILL)
+
+    def back_online() -> bool:
+        status = EngineNode.objects.get(name=agent.name).reported_status
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        return status == "online" and "degraded" in seen
+
+    wait_until(back_online, 30, "the node to go degraded, then online", interval_s=0.02)
+    assert agent.health()["engine_pid"] != engine_pid
+    status, _ = agent.chat()
+    assert status == 200
