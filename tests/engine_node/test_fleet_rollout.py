@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.selectors import pool_rollout
-from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.engine_nodes import node_command_request, node_create, node_token_revoke
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
@@ -144,3 +144,36 @@ def test_killed_engine_is_restarted_and_node_shows_degraded_then_online(fleet, s
     assert agent.health()["engine_pid"] != engine_pid
     status, _ = agent.chat()
     assert status == 200
+
+
+def test_operator_restart_drain_resume_and_token_revocation(fleet, sre):
+    agent = fleet["agents"][0]
+    node = EngineNode.objects.get(name=agent.name)
+    engine_pid = agent.health()["engine_pid"]
+
+    def finished(command):
+        command.refresh_from_db()
+        return command.is_finished
+
+    restart = node_command_request(actor=sre, node=node, op="restart", reason="engine looks wedged")
+    wait_until(lambda: finished(restart), 30, "the restart to finish")
+    assert restart.state == "succeeded", restart.result
+    assert "restarted and serving" in restart.result
+    assert agent.health()["engine_pid"] != engine_pid
+
+    drain = node_command_request(actor=sre, node=node, op="drain", reason="host maintenance")
+    wait_until(lambda: finished(drain), 30, "the drain to finish")
+    assert drain.state == "succeeded" and agent.health()["status"] == "draining"
+    wait_until(lambda: EngineNode.objects.get(pk=node.pk).reported_status == "draining", 5, "status draining")
+    resume = node_command_request(actor=sre, node=node, op="resume", reason="maintenance done")
+    wait_until(lambda: finished(resume), 30, "the resume to finish")
+    assert agent.health()["status"] == "online"
+    assert agent.chat()[0] == 200
+
+    node_token_revoke(actor=sre, node=node, reason="host decommissioned")
+    wait_until(lambda: not EngineNode.objects.get(pk=node.pk).is_connected, 10, "the revoked node to be cut off")
+    time.sleep(2)
+    assert not EngineNode.objects.get(pk=node.pk).is_connected, "a revoked token must not reconnect"
+    assert "refused this node's token" in agent.log_path.read_text()
+    # The node keeps serving its users on its last config while cut off from the control plane.
+    assert agent.chat()[0] == 200

@@ -1,0 +1,130 @@
+"""The agent's pieces on their own: config integrity, engine flags, last good config, admission, backoff."""
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from engine_node.admission import Admission, GateClosed
+from engine_node.config import ConfigRejected, NodeConfig, content_hash, engine_args
+from engine_node.control import BACKOFF_CAP_S, backoff_delay
+from engine_node.settings import AgentSettings
+from engine_node.state import LastGoodStore
+
+SETTINGS = AgentSettings(
+    control_plane_url="",
+    token="",
+    node_name="n1",
+    backend="simulator",
+    model="base-model",
+    served_model_name="chat",
+    engine_args=["--enforce-eager"],
+)
+CONTENT = {
+    "engine": {"max_num_seqs": 64, "max_model_len": 8192, "enable_prefix_caching": True, "quantization": None},
+    "speculative": {"enabled": False, "method": "draft_model", "draft_model": None, "num_speculative_tokens": 3},
+    "temperature": {"strict": 0.3},
+}
+
+
+def message(content=CONTENT, **override):
+    return {"version": {"template": "chat", "number": 2}, "hash": content_hash(content), "content": content, **override}
+
+
+def test_hash_matches_the_control_plane_canonical_form(db):
+    from controlplane.params.models import TemplateVersion
+    from tests.conftest import make_user
+    from tests.factories import template_with_versions
+
+    _, (version,) = template_with_versions(make_user("sre"))
+    assert content_hash(version.effective_params) == version.content_hash
+    assert isinstance(TemplateVersion.objects.get(pk=version.pk).content_hash, str)
+
+
+def test_tampered_content_is_rejected():
+    tampered = message()
+    tampered["content"] = {**CONTENT, "engine": {**CONTENT["engine"], "max_num_seqs": 1}}
+    with pytest.raises(ConfigRejected, match="hash: content hashes to"):
+        NodeConfig.from_message(tampered)
+
+
+def test_missing_engine_section_is_rejected():
+    content = {"speculative": CONTENT["speculative"]}
+    with pytest.raises(ConfigRejected, match="engine: missing"):
+        NodeConfig.from_message(message(content))
+
+
+def test_engine_args_follow_the_config():
+    args = engine_args(NodeConfig.from_message(message()), SETTINGS)
+    assert args[:4] == ["--model", "base-model", "--served-model-name", "chat"]
+    assert "--max-num-seqs" in args and args[args.index("--max-num-seqs") + 1] == "64"
+    assert "--enable-prefix-caching" in args and "--quantization" not in args
+    assert args[-1] == "--enforce-eager"
+
+
+def test_speculative_decoding_becomes_a_speculative_config_flag():
+    spec = {"enabled": True, "method": "draft_model", "draft_model": "draft-7b", "num_speculative_tokens": 4}
+    args = engine_args(NodeConfig.from_message(message({**CONTENT, "speculative": spec})), SETTINGS)
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config == {"method": "draft_model", "model": "draft-7b", "num_speculative_tokens": 4}
+
+
+def test_hot_only_change_keeps_the_engine_flags():
+    hot = {**CONTENT, "temperature": {"strict": 0.1}}
+    assert engine_args(NodeConfig.from_message(message(hot)), SETTINGS) == engine_args(
+        NodeConfig.from_message(message()), SETTINGS
+    )
+
+
+def test_last_good_config_round_trips_and_ignores_a_corrupt_file(tmp_path: Path):
+    store = LastGoodStore(tmp_path)
+    assert store.load() is None
+    config = NodeConfig.from_message(message())
+    store.save(config)
+    assert store.load() == config
+    assert [p.name for p in tmp_path.iterdir()] == ["last_good_config.json"]
+    store.path.write_text('{"hash": "x", "content": {}')
+    assert store.load() is None
+
+
+def test_admission_drains_in_flight_and_bounds_waiting():
+    async def scenario():
+        gate = Admission(queue_timeout_s=0.2)
+        release = asyncio.Event()
+
+        async def slow_request(until: asyncio.Event = release):
+            async with gate.admitted():
+                await until.wait()
+
+        task = asyncio.create_task(slow_request())
+        await asyncio.sleep(0.01)
+        drain = asyncio.create_task(gate.drain(timeout_s=5))
+        await asyncio.sleep(0.01)
+        assert not drain.done() and gate.in_flight == 1
+        with pytest.raises(GateClosed):
+            async with gate.admitted():
+                pass
+        release.set()
+        done, _ = await drain
+        await task
+        assert done and gate.in_flight == 0
+        waiter = asyncio.create_task(slow_request(asyncio.Event()))
+        await asyncio.sleep(0.05)
+        assert gate.waiting == 1
+        gate.resume()
+        await asyncio.sleep(0.01)
+        assert gate.in_flight == 1
+        waiter.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_backoff_grows_with_jitter_and_is_capped():
+    rng = random.Random(1)
+    first = [backoff_delay(1, rng) for _ in range(200)]
+    late = [backoff_delay(40, rng) for _ in range(200)]
+    assert min(first) >= 0.37 and max(first) <= 0.75
+    assert max(late) <= BACKOFF_CAP_S and min(late) >= BACKOFF_CAP_S / 2
+    assert len(set(late)) > 100
