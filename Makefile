@@ -6,13 +6,13 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test lint bench install install-dev chromium clean
+.PHONY: run test lint bench install install-dev system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: requirements.txt | $(BIN)/python
+$(VENV)/.installed: requirements.txt requirements-engine.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $@
 
@@ -29,9 +29,11 @@ run: install
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	./scripts/run.sh
 
-# Debian's Chromium drives the browser tests; Playwright's own browser download cannot work offline.
-chromium:
-	@test -x $(CHROMIUM) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+# Debian's Chromium drives the browser tests (Playwright's own browser download cannot work offline);
+# promtool (package prometheus) checks every /metrics exposition.
+system-packages:
+	@if ! test -x $(CHROMIUM) || ! command -v promtool >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium prometheus >/dev/null; fi
 	@test -x $(CHROMIUM) || (echo "Chromium is missing at $(CHROMIUM); install Debian's chromium package" && exit 1)
 
 lint: install-dev
@@ -41,13 +43,17 @@ lint: install-dev
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 # pytest exits 5 when it collected nothing: an empty run fails instead of passing.
-test: install-dev chromium lint
+test: install-dev system-packages vllm-env lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 \
 	  CHROMIUM=$(CHROMIUM) $(BIN)/pytest -p no:cacheprovider tests; \
 	status=$$?; if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
 
 bench: install-dev
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/rollout_fanout.py
 
 clean:
-	rm -rf $(VENV) var staticfiles test-artifacts
+	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts
+
+# Last, so that a bare `make` does not build the vLLM environment.
+include mk/vllm.mk

@@ -114,7 +114,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNELS_PREFIX", "cp")},
+            "CONFIG": {
+                # A rollout or reconnect storm opens one pooled connection per concurrent group operation;
+                # redis-py fails at once (not waits) when its pool is exhausted.
+                "hosts": [{"address": REDIS_URL, "max_connections": env_int("CHANNELS_REDIS_MAX_CONNECTIONS", 1024)}],
+                "prefix": env_str("CHANNELS_PREFIX", "cp"),
+            },
         }
     }
 else:

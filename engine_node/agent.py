@@ -10,6 +10,7 @@ import asyncio
 import logging
 import platform
 import socket
+import time
 
 from aiohttp import web
 
@@ -23,6 +24,8 @@ from engine_node.settings import AgentSettings
 from engine_node.state import LastGoodStore
 
 log = logging.getLogger("engine_node.agent")
+
+LOG_TAIL_PERIOD_S = 10.0
 
 
 class Agent:
@@ -43,6 +46,7 @@ class Agent:
         self.link: ControlLink | None = None
         self._apply_lock = asyncio.Lock()
         self._sent_log_tail: list[str] = []
+        self._log_sent_at = float("-inf")
         # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
         self._held = False
         metrics.IN_FLIGHT.set_function(lambda: self.admission.in_flight)
@@ -102,8 +106,11 @@ class Agent:
     def heartbeat(self) -> dict:
         message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
         tail = list(self.engine.log_tail)[-20:]
-        if tail != self._sent_log_tail:
+        # The log moves with every request; shipping it at most every 10 s keeps heartbeats small.
+        now = time.monotonic()
+        if tail != self._sent_log_tail and now - self._log_sent_at >= LOG_TAIL_PERIOD_S:
             message["log_tail"] = self._sent_log_tail = tail
+            self._log_sent_at = now
         return message
 
     def health(self) -> dict:

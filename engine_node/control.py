@@ -49,7 +49,7 @@ class ControlLink:
         self._heartbeat = heartbeat
         self._on_message = on_message
         self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._rng = random.Random()  # noqa: S311 - jitter, not a secret
+        self._rng = random.Random()
         self._handlers: set[asyncio.Task] = set()
         self.connected = asyncio.Event()
 

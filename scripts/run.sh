@@ -15,10 +15,14 @@ if [ -n "${REDIS_URL:-}" ]; then
   "$BIN/celery" -A controlplane beat --loglevel INFO --schedule var/celerybeat-schedule & pids+=($!)
   mode="Postgres/Redis: ${DATABASE_URL:+DATABASE_URL set}${DATABASE_URL:-SQLite (DATABASE_URL unset)}, Redis channel layer and Celery broker"
 else
-  mode="embedded: ${DATABASE_URL:+DATABASE_URL set}${DATABASE_URL:-SQLite in var/}, in-memory channel layer, in-process tasks"
+  mode="embedded: ${DATABASE_URL:+DATABASE_URL set}${DATABASE_URL:-SQLite in ${CONTROLPLANE_VAR_DIR:-var}/}, in-memory channel layer, in-process tasks"
 fi
 
 "$BIN/daphne" --bind "$HOST" --port "$PORT" controlplane.asgi:application & pids+=($!)
+for _ in $(seq 50); do (echo > "/dev/tcp/$HOST/$PORT") 2>/dev/null && break; sleep 0.2; done
+if [ "${DEMO_FLEET:-1}" != "0" ]; then
+  "$BIN/python" manage.py demo_fleet --control-plane "ws://$HOST:$PORT/ws/agent/" --qps "${DEMO_QPS:-3}" & pids+=($!)
+fi
 
 cat <<BANNER
 
@@ -29,6 +33,7 @@ cat <<BANNER
     sre     sre / sre-demo-pass         also publish, roll back
     oncall  oncall / oncall-demo-pass   read everything
     admin   admin / admin-demo-pass     everything, plus users
+  Fleet:    http://$HOST:$PORT/fleet/  (simulated nodes: their numbers come from the simulator, not vLLM)
   API docs: http://$HOST:$PORT/api/v1/docs/   Stop with Ctrl-C.
 
 BANNER

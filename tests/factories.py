@@ -1,6 +1,6 @@
 """Builders for domain objects, going through the services so invariants and audit hold."""
 
-from controlplane.nodes.services import pool_create
+from controlplane.nodes.services.pools import pool_create
 from controlplane.params.services.templates import template_create, template_version_create
 from controlplane.params.services.whitelists import whitelist_create
 

@@ -39,6 +39,15 @@ def send(groups: list[str], event: dict) -> None:
         async_to_sync(layer.group_send)(group, event)
 
 
+async def send_async(groups: list[str], event: dict) -> None:
+    """The same, from a consumer's event loop (no thread hop)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for group in groups:
+        await layer.group_send(group, event)
+
+
 def agents_group(pool_name: str) -> str:
     """Every connected agent of a pool; config pushes go here once and fan out to all of them."""
     return f"agents.{pool_name}"
@@ -51,6 +60,7 @@ def node_group(node_id: int) -> str:
 
 class ConfigPush(TypedDict):
     type: str  # "config.push": AgentConsumer.config_push
+    version_id: int  # lets the consumer record an ACK without looking the version up
     version: VersionRef
     hash: str
     content: dict
@@ -65,3 +75,8 @@ class NodeCommandEvent(TypedDict):
 class NodeUpdated(TypedDict):
     type: str  # "node.updated": PoolEventsConsumer.node_updated
     node: dict
+
+
+class NodesUpdated(TypedDict):
+    type: str  # "nodes.updated": PoolEventsConsumer.nodes_updated; partial entries, merged by browsers
+    nodes: list[dict]

@@ -8,6 +8,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from controlplane.lib import realtime
+from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher
 from controlplane.nodes.services import agent_sessions
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,11 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=UNAUTHORIZED)
             return
         self.node_id = node.pk
+        self.node_name, self.pool_name = node.name, node.pool.name
+        # hash -> (version id, version ref) of configs pushed on this connection; the latest is desired.
+        self.pushed: dict[str, tuple[int, dict]] = {}
+        self.desired_hash = ""
+        self.reported_status = None
         self.groups_joined = [realtime.agents_group(node.pool.name), realtime.node_group(node.pk)]
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -56,11 +62,29 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         kind = content.get("type") if isinstance(content, dict) else None
         self.heard.set()
         if kind == "hello":
+            self.reported_status = content.get("status")
             push = await database_sync_to_async(agent_sessions.node_hello)(node_id=self.node_id, hello=content)
             if push is not None:
                 await self.config_push(push)
+        elif kind == "heartbeat" and content.get("status") == self.reported_status and "log_tail" not in content:
+            seen_batcher().record(self.node_id)
         elif kind == "heartbeat":
+            self.reported_status = content.get("status")
             await database_sync_to_async(agent_sessions.node_heartbeat)(node_id=self.node_id, heartbeat=content)
+        elif kind == "ack" and content.get("hash") in self.pushed:
+            content_hash = content["hash"]
+            version_id, version = self.pushed[content_hash]
+            await ack_batcher().record(
+                Ack(
+                    node_id=self.node_id,
+                    node=self.node_name,
+                    pool=self.pool_name,
+                    content_hash=content_hash,
+                    version_id=version_id,
+                    version=version,
+                    in_sync=content_hash == self.desired_hash,
+                )
+            )
         elif kind in {"ack", "nack"}:
             await database_sync_to_async(agent_sessions.node_config_result)(
                 node_id=self.node_id,
@@ -81,6 +105,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "error", "error": f"unknown message type {kind!r}"})
 
     async def config_push(self, event):
+        self.pushed[event["hash"]] = (event["version_id"], event["version"])
+        self.desired_hash = event["hash"]
         await self.send_json({"type": "config", **{k: event[k] for k in ("version", "hash", "content")}})
 
     async def node_command(self, event):

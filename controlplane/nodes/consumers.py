@@ -30,3 +30,6 @@ class PoolEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def node_updated(self, event):
         await self.send_json(event)
+
+    async def nodes_updated(self, event):
+        await self.send_json(event)

@@ -13,6 +13,7 @@ def config_message(version) -> realtime.ConfigPush:
     """The xDS-like push: version, hash of the effective parameters, and the parameters themselves."""
     return {
         "type": "config.push",
+        "version_id": version.pk,
         "version": version_ref(version),
         "hash": version.content_hash,
         "content": version.effective_params,
@@ -46,3 +47,22 @@ def node_revoked(node_id: int) -> None:
 def node_updated(summary: dict) -> None:
     event: realtime.NodeUpdated = {"type": "node.updated", "node": summary}
     realtime.send([realtime.fleet_group(), realtime.pool_group(summary["pool"])], event)
+
+
+async def nodes_acked(acks) -> None:
+    """One `nodes.updated` per pool for a batch of ACKs; each entry is partial and browsers merge it."""
+    by_pool: dict[str, list[dict]] = {}
+    for ack in acks:
+        by_pool.setdefault(ack.pool, []).append(
+            {
+                "name": ack.node,
+                "pool": ack.pool,
+                "applied": ack.version,
+                "in_sync": ack.in_sync,
+                "nacked_desired": False,
+                "last_nack_error": "",
+            }
+        )
+    for pool, nodes in by_pool.items():
+        event: realtime.NodesUpdated = {"type": "nodes.updated", "nodes": nodes}
+        await realtime.send_async([realtime.fleet_group(), realtime.pool_group(pool)], event)

@@ -41,18 +41,33 @@
       row.querySelector("a").textContent = node.name;
       section.querySelector("tbody").append(row);
     }
-    row.dataset.inSync = node.in_sync ? "1" : "0";
-    row.dataset.nacked = node.nacked_desired ? "1" : "0";
-    const status = row.querySelector('[data-field="status"]');
-    status.className = "badge status-" + node.status;
-    text(status, node.status);
-    const applied = row.querySelector('[data-field="applied"]');
-    text(applied, ref(node.applied));
-    applied.className = node.in_sync ? "" : "warn";
-    text(row.querySelector('[data-field="backend"]'), node.backend + (node.backend === "simulator" ? " (simulated)" : ""));
-    text(row.querySelector('[data-field="engine_version"]'), node.engine_version || "—");
-    text(row.querySelector('[data-field="last_nack_error"]'), node.last_nack_error || "");
-    text(row.querySelector('[data-field="last_seen_at"]'), (node.last_seen_at || "never").slice(0, 19));
+    // Events may be partial (an ACK carries only what changed): update the fields present.
+    if ("in_sync" in node) row.dataset.inSync = node.in_sync ? "1" : "0";
+    if ("nacked_desired" in node) row.dataset.nacked = node.nacked_desired ? "1" : "0";
+    if ("status" in node) {
+      const status = row.querySelector('[data-field="status"]');
+      status.className = "badge status-" + node.status;
+      text(status, node.status);
+    }
+    if ("applied" in node) {
+      const applied = row.querySelector('[data-field="applied"]');
+      text(applied, ref(node.applied));
+      applied.className = node.in_sync ? "" : "warn";
+    }
+    if ("backend" in node) {
+      const backend = row.querySelector('[data-field="backend"]');
+      text(backend, node.backend || "—");
+      if (node.backend === "simulator") {
+        const badge = document.createElement("span");
+        badge.className = "badge sim";
+        badge.title = "simulated engine: numbers are not measurements of vLLM";
+        badge.textContent = "simulated";
+        backend.append(" ", badge);
+      }
+    }
+    if ("engine_version" in node) text(row.querySelector('[data-field="engine_version"]'), node.engine_version || "—");
+    if ("last_nack_error" in node) text(row.querySelector('[data-field="last_nack_error"]'), node.last_nack_error || "");
+    if ("last_seen_at" in node) text(row.querySelector('[data-field="last_seen_at"]'), (node.last_seen_at || "never").slice(0, 19));
     recount(section);
   }
 
@@ -67,6 +82,7 @@
     socket.onmessage = (message) => {
       const event = JSON.parse(message.data);
       if (event.type === "node.updated") apply(event.node);
+      if (event.type === "nodes.updated") event.nodes.forEach(apply);
       if (event.type === "pool.released") location.reload();
     };
     socket.onclose = () => {

@@ -7,7 +7,7 @@ from django.urls import reverse
 from controlplane.accounts.roles import Role
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
-from controlplane.nodes.services import pool_publish
+from controlplane.nodes.services.pools import pool_publish
 from controlplane.params.services.templates import template_version_create
 from tests.factories import legal_whitelist, pools, template_with_versions
 

@@ -35,9 +35,21 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
 
 
 class AgentProcess:
-    """`python -m engine_node` on the simulator backend, with its own gateway port and state directory."""
+    """`python -m engine_node` with its own gateway port and state directory (simulator backend by default)."""
 
-    def __init__(self, *, name: str, token: str, control_plane_url: str, work: Path, profile: Path):
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: str,
+        control_plane_url: str,
+        work: Path,
+        profile: Path | None = None,
+        backend_args: list[str] | None = None,
+        env: dict | None = None,
+        model: str = "simulated-chat-model",
+        queue_timeout_s: float = 10,
+    ):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -70,10 +82,10 @@ class AgentProcess:
         self.env = {**os.environ, "ENGINE_NODE_TOKEN": token}
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self, timeout_s: float = 30) -> None:
         out = open(self.log_path, "a")  # noqa: SIM115 - kept open for the process's life
         self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, 30, self.process)
+        wait_for_port(self.port, timeout_s, self.process)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -92,7 +104,7 @@ class AgentProcess:
 
     def chat(self, text: str = "我的订单到哪了？", timeout_s: float = 30) -> tuple[int, dict]:
         body = json.dumps(
-            {"model": "simulated-chat-model", "messages": [{"role": "user", "content": text}], "max_tokens": 16}
+            {"model": self.model, "messages": [{"role": "user", "content": text}], "max_tokens": 16}
         ).encode()
         request = urllib.request.Request(
             f"{self.url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}

@@ -10,7 +10,7 @@ from django.test import Client
 from controlplane.asgi import application
 from controlplane.nodes.consumers import FORBIDDEN
 from controlplane.nodes.exceptions import ProductionGateClosed
-from controlplane.nodes.services import pool_publish, pool_rollback
+from controlplane.nodes.services.pools import pool_publish, pool_rollback
 from tests.factories import pools, template_with_versions
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import PoolRelease
-from controlplane.nodes.services import pool_publish
+from controlplane.nodes.services.pools import pool_publish
 from controlplane.params.exceptions import StaleBaseVersion
 from controlplane.params.models import ParameterTemplate, TemplateVersion
 from controlplane.params.services.templates import template_version_create

@@ -5,6 +5,7 @@ change a browser should see is broadcast as `node.updated`.
 """
 
 from django.db import transaction
+from django.db.models import Case, CharField, F, TextField, Value, When
 from django.utils import timezone
 
 from controlplane.nodes import realtime, tokens
@@ -69,6 +70,11 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
         _broadcast(node)
 
 
+def nodes_seen(*, node_ids: list[int]) -> None:
+    """Heartbeats that changed nothing else: one UPDATE for every node heard from since the last one."""
+    EngineNode.objects.filter(pk__in=node_ids).update(last_seen_at=timezone.now())
+
+
 def node_config_result(*, node_id: int, ok: bool, content_hash: str, version: dict | None, error: str = "") -> None:
     """An ACK moves the node's applied version; a NACK keeps it and records the error."""
     now = timezone.now()
@@ -87,6 +93,20 @@ def node_config_result(*, node_id: int, ok: bool, content_hash: str, version: di
             node.last_nack_at = now
         node.save()
     _broadcast(node)
+
+
+def nodes_config_acked(*, node_ids: list[int], content_hash: str, version_id: int) -> None:
+    """The common ACK, for many nodes in one UPDATE: the consumers know which version they pushed."""
+    now = timezone.now()
+    clears_nack = When(last_nack_hash=content_hash, then=Value(""))
+    EngineNode.objects.filter(pk__in=node_ids).update(
+        applied_hash=content_hash,
+        applied_version_id=version_id,
+        applied_at=now,
+        last_seen_at=now,
+        last_nack_error=Case(clears_nack, default=F("last_nack_error"), output_field=TextField()),
+        last_nack_hash=Case(clears_nack, default=F("last_nack_hash"), output_field=CharField()),
+    )
 
 
 def node_command_progress(*, node_id: int, command_id: int, state: str, progress: str = "", result: str = "") -> None:

@@ -1,4 +1,4 @@
-"""Seed demo data: the seed's template as version 1, the `legal` whitelist, two pools, one user per role."""
+"""Seed demo data: the seed's template as version 1 on both pools, the `legal` whitelist, one user per role."""
 
 from pathlib import Path
 
@@ -9,8 +9,8 @@ from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
 from controlplane.accounts.services import user_create
 from controlplane.nodes.models import Pool
-from controlplane.nodes.services.pools import pool_create
-from controlplane.params.models import ParameterTemplate, Whitelist
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist
 from controlplane.params.services.templates import template_create, template_import
 from controlplane.params.services.whitelists import whitelist_create
 
@@ -50,6 +50,12 @@ class Command(BaseCommand):
             ]:
                 if not Pool.objects.filter(name=name).exists():
                     pool_create(actor=admin, name=name, is_production=is_production, description=description)
+            # The seed's template runs on both pools, staging first, as the production gate requires.
+            version = TemplateVersion.objects.get(template__name="chat-default", number=1)
+            for name in ("staging", "prod-main"):
+                pool = Pool.objects.get(name=name)
+                if pool.desired_version_id is None:
+                    pool_publish(actor=admin, pool=pool, version=version, reason="seed: baseline from the manual")
         self.stdout.write("Demo logins (user / password):")
         for role in Role.values:
             self.stdout.write(f"  {role:<7} {role} / {role}{DEMO_PASSWORD_SUFFIX}")

@@ -1,0 +1,79 @@
+"""Synthetic chat traffic for demos and load tests: customer-service messages at a steady rate.
+
+`python -m engine_node.loadgen --qps 4 http://127.0.0.1:9101 http://127.0.0.1:9102`
+"""
+
+import argparse
+import asyncio
+import itertools
+import logging
+import random
+
+import aiohttp
+
+log = logging.getLogger("engine_node.loadgen")
+
+MESSAGES = [
+    "我的订单 20261111-8842 到哪了？已经三天没动了",
+    "Where is my order #A7731920? It says shipped but nothing since Monday",
+    "退货退款要多久到账？我昨天已经寄回了",
+    "双十一有什么适合送妈妈的护肤品推荐吗",
+    "Can you recommend a laptop bag under 200 yuan?",
+    "优惠券为什么用不了，满300减50的那张",
+    "我付了 ¥299.00 但是订单显示未支付",
+    "How do I change the phone number on my account?",
+    "帮我写一段618活动的商品文案，主打保温杯",
+    "What is your return policy for opened electronics?",
+    "物流显示已签收但我没收到，怎么办",
+    "这个耳机和上一代有什么区别？值得换吗",
+]
+
+
+async def run(urls: list[str], qps: float, model: str, duration_s: float | None) -> None:
+    rng = random.Random(7)
+    targets = itertools.cycle(urls)
+    stats = {"ok": 0, "failed": 0}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+        async def one(url: str) -> None:
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": rng.choice(MESSAGES)}],
+                "max_tokens": rng.choice([64, 128, 256]),
+                "stream": rng.random() < 0.5,
+            }
+            try:
+                async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+                    await response.read()
+                    stats["ok" if response.status == 200 else "failed"] += 1
+            except (aiohttp.ClientError, TimeoutError):
+                stats["failed"] += 1
+
+        pending: set[asyncio.Task] = set()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for i in itertools.count():
+            if duration_s is not None and loop.time() - started > duration_s:
+                break
+            task = asyncio.create_task(one(next(targets)))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            if i % max(1, int(qps * 30)) == 0 and i:
+                log.info("synthetic traffic: %(ok)d ok, %(failed)d failed", stats)
+            await asyncio.sleep(rng.expovariate(qps))
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m engine_node.loadgen", description=__doc__.splitlines()[0])
+    parser.add_argument("urls", nargs="+", help="gateway base URLs of the nodes to load")
+    parser.add_argument("--qps", type=float, default=4.0, help="mean requests per second over all nodes (Poisson)")
+    parser.add_argument("--model", default="simulated-chat-model", help="model name to send")
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s loadgen %(message)s")
+    asyncio.run(run(args.urls, args.qps, args.model, args.duration))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The simulator's model pieces in-process: token estimate, reply text, draft acceptance, KV blocks, profiles."""
+
+import random
+
+import pytest
+
+from engine_node.simulator.kvcache import BlockPool
+from engine_node.simulator.model import LatencyModel, SpeculativeConfig, SpeculativeSampler, expected_acceptance
+from engine_node.simulator.profile import ProfileError, load_profile
+from engine_node.simulator.text import ReplyWriter, chat_pieces, text_pieces
+
+
+def test_token_estimate_is_one_per_cjk_character_and_one_per_four_ascii_characters():
+    assert len(text_pieces("abcd")) == 1
+    assert len(text_pieces("abcde")) == 2
+    assert len(text_pieces("你好世界")) == 4
+    assert len(text_pieces("hi 你好 there")) == 1 + 2 + 2
+    assert len(chat_pieces([{"role": "user", "content": [{"type": "text", "text": "abcdefgh"}]}])) == 2 + 3 + 2
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_reply_writer_ends_a_sentence_on_stop_and_mid_sentence_on_length(seed):
+    stopped = ReplyWriter(random.Random(seed), 30, "stop")
+    cut = ReplyWriter(random.Random(seed), 30, "length")
+
+    stopped_text = stopped.take(10) + stopped.take(20)
+    cut_text = "".join(cut.take(1) for _ in range(30))
+
+    assert stopped_text.endswith((".", "。"))
+    assert not stopped_text.endswith(("..", "。。", ",.", "，。"))
+    assert not cut_text.endswith((".", "。", ",", "，"))
+
+
+def test_draft_acceptance_share_matches_the_profile_rate():
+    sampler = SpeculativeSampler(acceptance_rate=0.7, num_speculative_tokens=4)
+    rng = random.Random(1)
+
+    accepted = [sampler.accepted(rng) for _ in range(20000)]
+
+    assert expected_acceptance(sampler.position_acceptance, 4) == pytest.approx(0.7)
+    assert sum(accepted) / (4 * len(accepted)) == pytest.approx(0.7, abs=0.01)
+    assert max(accepted) == 4
+    assert SpeculativeSampler(0.0, 3).accepted(rng) == 0
+    assert SpeculativeSampler(1.0, 3).accepted(rng) == 3
+
+
+def test_speculative_config_accepts_vllm_json_and_refuses_nonsense():
+    assert SpeculativeConfig.parse('{"model": "d", "num_speculative_tokens": 2}').method == "draft_model"
+    for raw in (
+        "[]",
+        "{bad",
+        '{"method": "ngram", "num_speculative_tokens": 0}',
+        '{"method": "magic", "num_speculative_tokens": 1}',
+    ):
+        with pytest.raises(ValueError):
+            SpeculativeConfig.parse(raw)
+
+
+def test_step_cost_grows_with_batch_and_scales_with_quantization_and_speculation():
+    profile = load_profile(env={})
+    plain = LatencyModel(profile, None, None)
+    fp8 = LatencyModel(profile, "fp8", None)
+    spec = LatencyModel(profile, None, SpeculativeConfig("ngram", 3))
+
+    assert plain.step_seconds(0, 8) == pytest.approx((9.0 + 0.8 * 8) / 1000)
+    assert plain.step_seconds(500, 0) == pytest.approx((8.0 + 0.05 * 500) / 1000)
+    assert fp8.step_seconds(0, 8) == pytest.approx(0.8 * plain.step_seconds(0, 8))
+    assert spec.step_seconds(0, 8) == pytest.approx(1.3 * plain.step_seconds(0, 8))
+    assert plain.step_seconds(0, 8, latency_factor=3) == pytest.approx(3 * plain.step_seconds(0, 8))
+
+
+def test_block_pool_counts_only_holes_left_below_live_blocks():
+    pool = BlockPool(num_blocks=10, block_size=16, bytes_per_block=100, fragmentation_floor=0.1)
+    assert pool.grow(1, 32) and pool.grow(2, 16) and pool.grow(3, 48)  # blocks 0-1, 2, 3-5
+    assert not pool.grow(4, 80)  # 5 blocks wanted, 4 free: nothing is taken
+    assert pool.num_free == 4
+
+    pool.release(1)
+    pool.release(2)
+    pool.note_holes()
+    assert pool.stranded_blocks == 3
+    assert pool.fragmentation == pytest.approx(0.1 + 0.9 * 3 / 10)
+    assert pool.fragmentation_stats()["allocated_bytes"] == 300
+
+    pool.release(3)
+    pool.note_holes()
+    assert pool.fragmentation > 0.1  # the allocator keeps split segments until memory is released
+    pool.release_memory()
+    assert pool.fragmentation == 0.1
+
+
+def test_partial_profile_keeps_defaults_and_bad_values_are_refused(tmp_path):
+    partial = tmp_path / "p.yaml"
+    partial.write_text("latency:\n  time_scale: 0.1\n", encoding="utf-8")
+    profile = load_profile(partial, env={})
+    assert profile.time_scale == 0.1
+    assert profile.decode_base_ms == 9.0
+
+    partial.write_text("reply_length:\n  min: 10\n  max: 5\n", encoding="utf-8")
+    with pytest.raises(ProfileError, match=r"reply_length\.max"):
+        load_profile(partial, env={})
+    with pytest.raises(ProfileError, match="faults: unknown keys"):
+        load_profile(env={"SIMULATOR_FAULTS": '{"meltdown": true}'})

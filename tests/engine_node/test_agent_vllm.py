@@ -1,0 +1,114 @@
+"""The agent on the real vLLM CPU build with a tiny generated model, against the live control plane.
+
+It starts vLLM, serves a chat completion through the gateway, exposes real vllm:* metrics, and applies a
+cold change (max_num_seqs) by drain and restart before ACKing; a request arriving during the restart is
+queued or answered 503 with Retry-After, never left hanging or reset.
+"""
+
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.conftest import SERVED_MODEL_NAME, VLLM_ENV
+from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm, pytest.mark.agents]
+
+QUEUE_TIMEOUT_S = 5
+
+
+def engine_cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def document(max_num_seqs: int) -> dict:
+    return {
+        "inference_params": {
+            "max_tokens": {"whitelist": []},
+            "batch": {"long_context_threshold": 512},
+            "engine": {"max_model_len": 1024, "max_num_seqs": max_num_seqs, "served_model_name": SERVED_MODEL_NAME},
+        }
+    }
+
+
+def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_dir, tmp_path, sre):
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="cpu", is_production=False)
+    template = template_create(actor=sre, name="tiny")
+    node, token = node_create(actor=sre, name="cpu-1", pool=pool)
+    v1 = template_version_create(actor=sre, template=template, document=document(4), base_number=None)
+    v2 = template_version_create(actor=sre, template=template, document=document(2), base_number=1)
+    agent = AgentProcess(
+        name=node.name,
+        token=token,
+        control_plane_url=server.ws_agent_url,
+        work=tmp_path,
+        backend_args=[
+            "--backend",
+            "vllm",
+            "--engine-python",
+            str(vllm_python),
+            "--model",
+            str(tiny_model_dir),
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--engine-arg=--enforce-eager",
+            "--probe-interval",
+            "30",
+        ],
+        env=VLLM_ENV,
+        model=SERVED_MODEL_NAME,
+        queue_timeout_s=QUEUE_TIMEOUT_S,
+    )
+    try:
+        agent.start(timeout_s=240)
+        wait_until(lambda: EngineNode.objects.get(pk=node.pk).is_connected, 30, "the agent to connect")
+        assert EngineNode.objects.get(pk=node.pk).engine_version.startswith("0.32")
+
+        pool_publish(actor=sre, pool=pool, version=v1, reason="tiny model, 4 sequences")
+        wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v1.content_hash, 240, "ACK of v1")
+        status, body = agent.chat("Where is my order?")
+        assert status == 200 and body["choices"][0]["message"]["content"] is not None
+        assert body["usage"]["completion_tokens"] > 0
+        metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
+        assert "vllm:num_requests_running" in metrics and "vllm:generation_tokens_total" in metrics
+        assert "engine_node_gateway_requests_total" in metrics
+        first_pid = agent.health()["engine_pid"]
+        assert engine_cmdline(first_pid)[engine_cmdline(first_pid).index("--max-num-seqs") + 1] == "4"
+
+        pool.refresh_from_db()
+        pool_publish(actor=sre, pool=pool, version=v2, reason="cold change: 2 sequences")
+        wait_until(lambda: agent.health()["status"] in {"draining", "restarting"}, 30, "the drain to start")
+        during: dict = {}
+
+        def request_during_restart():
+            started = time.monotonic()
+            during["status"], during["body"] = agent.chat("退货怎么操作？", timeout_s=QUEUE_TIMEOUT_S + 60)
+            during["seconds"] = time.monotonic() - started
+
+        caller = threading.Thread(target=request_during_restart)
+        caller.start()
+        caller.join(timeout=QUEUE_TIMEOUT_S + 90)
+        assert not caller.is_alive(), "a request during the restart hung"
+        assert during["status"] in (200, 503), during
+        if during["status"] == 503:
+            assert int(during["body"]["retry_after"]) >= 1
+            assert during["seconds"] < QUEUE_TIMEOUT_S + 5
+
+        wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 240, "ACK of v2")
+        new_pid = agent.health()["engine_pid"]
+        assert new_pid != first_pid
+        assert engine_cmdline(new_pid)[engine_cmdline(new_pid).index("--max-num-seqs") + 1] == "2"
+        assert agent.chat("Thanks!")[0] == 200
+    finally:
+        agent.stop()
+        server.stop()
