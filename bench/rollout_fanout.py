@@ -145,12 +145,17 @@ def main() -> None:
     )
     try:
         time.sleep(3)
+        if daphne.poll() is not None:
+            raise RuntimeError(f"daphne exited with {daphne.returncode}; is port {port} taken? (BENCH_PORT)")
         results = {}
         for nodes, publishes in ((1, 20), (100, 20), (500, 20)):
             results[nodes] = asyncio.run(measure(nodes, publishes, port))
     finally:
         daphne.terminate()
-        daphne.wait()
+        try:
+            daphne.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            daphne.kill()
     base = statistics.median(results[1])
     print("publish -> last ACK recorded (one daphne process, Postgres, Redis channel layer; 2-core machine)")
     print(f"{'nodes':>6} {'p50':>9} {'p99':>9} {'max':>9} {'p50 / 1-node p50':>18}")

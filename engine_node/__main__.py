@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 
 from engine_node.agent import Agent
@@ -14,12 +15,21 @@ def main(argv: list[str] | None = None) -> int:
     settings = from_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {settings.node_name} %(name)s %(message)s")
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(Agent(settings).run())
+        asyncio.run(_serve(Agent(settings)))
     except EngineStartFailed as exc:
         logging.getLogger("engine_node").error("%s", exc)
         return 1
     return 0
+
+
+async def _serve(agent: Agent) -> None:
+    """Run until SIGTERM or SIGINT, then stop the engine too: it runs in its own session and would outlive us."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await agent.run()
 
 
 if __name__ == "__main__":

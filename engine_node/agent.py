@@ -44,6 +44,7 @@ class Agent:
             node_name=settings.node_name,
         )
         self.link: ControlLink | None = None
+        self._runner: web.AppRunner | None = None
         self._apply_lock = asyncio.Lock()
         self._sent_log_tail: list[str] = []
         self._log_sent_at = float("-inf")
@@ -53,8 +54,8 @@ class Agent:
 
     async def run(self) -> None:
         """Serve until cancelled: engine first (last good config), then the gateway, then the control plane."""
-        await self.start()
         try:
+            await self.start()
             if self.link is not None:
                 await self.link.run()
             else:
@@ -85,7 +86,8 @@ class Agent:
             )
 
     async def close(self) -> None:
-        await self._runner.cleanup()
+        if self._runner is not None:
+            await self._runner.cleanup()
         await self.engine.close()
 
     def hello(self) -> dict:

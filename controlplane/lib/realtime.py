@@ -63,7 +63,7 @@ class ConfigPush(TypedDict):
     version_id: int  # lets the consumer record an ACK without looking the version up
     version: VersionRef
     hash: str
-    content: dict
+    text: str  # the agent-facing message, already JSON
 
 
 class NodeCommandEvent(TypedDict):

@@ -107,7 +107,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def config_push(self, event):
         self.pushed[event["hash"]] = (event["version_id"], event["version"])
         self.desired_hash = event["hash"]
-        await self.send_json({"type": "config", **{k: event[k] for k in ("version", "hash", "content")}})
+        await self.send(text_data=event["text"])
 
     async def node_command(self, event):
         await self.send_json({"type": "command", "id": event["id"], "op": event["op"]})

@@ -1,5 +1,7 @@
 """Events about pools and nodes: releases and node changes to browsers, config and commands to agents."""
 
+import json
+
 from controlplane.lib import realtime
 
 
@@ -10,13 +12,18 @@ def version_ref(version) -> realtime.VersionRef | None:
 
 
 def config_message(version) -> realtime.ConfigPush:
-    """The xDS-like push: version, hash of the effective parameters, and the parameters themselves."""
+    """The xDS-like push: version, hash of the effective parameters, and the parameters themselves.
+
+    `text` is the agent-facing JSON, encoded once here rather than once per connected agent.
+    """
+    ref, content_hash = version_ref(version), version.content_hash
+    agent_message = {"type": "config", "version": ref, "hash": content_hash, "content": version.effective_params}
     return {
         "type": "config.push",
         "version_id": version.pk,
-        "version": version_ref(version),
-        "hash": version.content_hash,
-        "content": version.effective_params,
+        "version": ref,
+        "hash": content_hash,
+        "text": json.dumps(agent_message, ensure_ascii=False),
     }
 
 

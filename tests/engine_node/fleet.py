@@ -56,30 +56,22 @@ class AgentProcess:
         self.state_dir = work / name
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.state_dir / "agent.log"
+        self.model = model
+        backend = (
+            backend_args
+            if backend_args is not None
+            else ["--backend", "simulator", "--simulator-profile", str(profile)]
+        )
         self.args = [
-            sys.executable,
-            "-m",
-            "engine_node",
-            "--backend",
-            "simulator",
-            "--simulator-profile",
-            str(profile),
-            "--node-name",
-            name,
-            "--control-plane-url",
-            control_plane_url,
-            "--port",
-            str(self.port),
-            "--state-dir",
-            str(self.state_dir),
-            "--probe-interval",
-            "1",
-            "--drain-timeout",
-            "10",
-            "--queue-timeout",
-            "10",
-        ]
-        self.env = {**os.environ, "ENGINE_NODE_TOKEN": token}
+            sys.executable, "-m", "engine_node", *backend,
+            "--node-name", name,
+            "--control-plane-url", control_plane_url,
+            "--port", str(self.port),
+            "--state-dir", str(self.state_dir),
+            "--drain-timeout", "10",
+            "--queue-timeout", str(queue_timeout_s),
+        ]  # fmt: skip
+        self.env = {**os.environ, **(env or {}), "ENGINE_NODE_TOKEN": token}
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 30) -> None:

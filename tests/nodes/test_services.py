@@ -1,5 +1,7 @@
 """Pool services: publishing, the production gate, rollbacks, previews and release events."""
 
+import json
+
 import pytest
 
 from controlplane.audit.models import AuditEntry
@@ -217,7 +219,12 @@ def test_release_event_is_sent_only_after_commit(sre, versions, staging_prod, se
     # The same commit pushes the config to every agent of the pool, once, through the pool's agent group.
     assert agent_groups == ["agents.staging"]
     assert (push["type"], push["hash"]) == ("config.push", versions[0].content_hash)
-    assert push["content"] == versions[0].effective_params
+    assert json.loads(push["text"]) == {
+        "type": "config",
+        "version": {"template": "chat", "number": 1, "hash": versions[0].content_hash},
+        "hash": versions[0].content_hash,
+        "content": versions[0].effective_params,
+    }
     assert (event["pool"], event["kind"], event["actor"], event["reason"]) == ("staging", "publish", "sre", "go")
     assert event["version"] == {"template": "chat", "number": 1, "hash": versions[0].content_hash}
     assert event["previous_version"] is None
