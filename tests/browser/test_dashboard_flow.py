@@ -1,9 +1,12 @@
 """The operator's path through the dashboard in Chromium: edit, validate, save, diff, publish, roll back."""
 
+import io
 import re
+import threading
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
@@ -31,7 +34,16 @@ def publish(page, base: str, pool: str, ref: str, reason: str) -> None:
 
 
 def test_edit_validate_save_diff_publish_and_roll_back(server_url, new_page, shot):
-    call_command("seed_demo", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    # Off this thread: Playwright runs an event loop here, and seeding publishes (async_to_sync) events.
+    def seed():
+        try:
+            call_command("seed_demo", stdout=io.StringIO())
+        finally:
+            connection.close()
+
+    seeding = threading.Thread(target=seed)
+    seeding.start()
+    seeding.join()
     page = new_page()
     login(page, server_url, "agent")
 

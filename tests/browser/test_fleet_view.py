@@ -1,0 +1,72 @@
+"""The fleet view in Chromium: register a node, start its agent with the token shown once, watch it live."""
+
+import io
+import re
+import threading
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from controlplane.nodes.models import EngineNode
+from tests.browser.test_dashboard_flow import login, publish
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def seed() -> None:
+    def run():
+        try:
+            call_command("seed_demo", stdout=io.StringIO())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+
+
+def test_registered_node_comes_online_and_follows_a_publish_live(server_url, new_page, shot, tmp_path):
+    seed()
+    page = new_page()
+    login(page, server_url, "sre")
+    page.goto(f"{server_url}/fleet/")
+    page.fill("input[name=name]", "gpu-a1")
+    page.select_option("select[name=pool]", "staging")
+    page.click("text=Register and issue a token")
+    token = re.search(r"cpn_[\w-]+", page.locator("[data-testid=issued-token]").inner_text()).group(0)
+    shot(page, "10-fleet-token-shown-once")
+    page.goto(f"{server_url}/fleet/")
+    assert "cpn_" not in page.content()
+    page.locator("#live-state.on").wait_for()
+    row = page.locator('tr[data-node="gpu-a1"]')
+    assert row.locator('[data-field="status"]').inner_text().lower() == "lost"
+
+    profile = tmp_path / "fast.yaml"
+    profile.write_text(FAST_PROFILE)
+    ws_url = server_url.replace("http://", "ws://") + "/ws/agent/"
+    agent = AgentProcess(name="gpu-a1", token=token, control_plane_url=ws_url, work=tmp_path, profile=profile)
+    agent.start()
+    try:
+        # No reload: the row follows the agent's hello and ACK over the WebSocket.
+        row.locator('[data-field="applied"]', has_text="chat-default v1").wait_for(timeout=20_000)
+        wait_until(lambda: row.locator('[data-field="status"]').inner_text().lower() == "online", 20, "online")
+        assert "simulated" in row.locator('[data-field="backend"]').inner_text().lower()
+
+        operator = new_page()
+        login(operator, server_url, "sre")
+        operator.goto(f"{server_url}/templates/chat-default/edit/")
+        editor = operator.locator("#document")
+        editor.fill(editor.input_value().replace("timeout_ms: 50", "timeout_ms: 45"))
+        operator.click("#save")
+        operator.wait_for_url(re.compile(r".*/v2/$"))
+        publish(operator, server_url, "staging", "chat-default:2", "shorter batch timeout")
+        page.reload()
+        row = page.locator('tr[data-node="gpu-a1"]')
+        row.locator('[data-field="applied"]', has_text="chat-default v2").wait_for(timeout=20_000)
+        assert "complete" in page.locator("[data-testid=rollout-staging]").inner_text().lower()
+        assert EngineNode.objects.get(name="gpu-a1").applied_version.number == 2
+        shot(page, "11-fleet-live-after-publish")
+    finally:
+        agent.stop()
