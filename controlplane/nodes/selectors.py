@@ -72,9 +72,12 @@ def pool_rollout(*, pool, now) -> dict:
     ]
     acked = sum(1 for n in nodes if n["in_sync"])
     failed = sum(1 for n in nodes if n["nacked_desired"] and not n["in_sync"])
-    state = (
-        "idle"
-        if pool.desired_version is None
-        else ("failed" if failed else ("complete" if nodes and acked == len(nodes) else "in_progress"))
-    )
+    if pool.desired_version is None:
+        state = "idle"
+    elif not nodes:
+        state = "no_nodes"
+    elif failed:
+        state = "failed"
+    else:
+        state = "complete" if acked == len(nodes) else "in_progress"
     return {"pool": pool.name, "state": state, "total": len(nodes), "acked": acked, "failed": failed, "nodes": nodes}
