@@ -20,6 +20,7 @@ from engine_node.config import ConfigRejected, NodeConfig, engine_args
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
 from engine_node.gateway import Gateway
+from engine_node.gpus import gpu_inventory
 from engine_node.settings import AgentSettings
 from engine_node.state import LastGoodStore
 
@@ -44,6 +45,7 @@ class Agent:
             node_name=settings.node_name,
         )
         self.link: ControlLink | None = None
+        self.gpus = gpu_inventory()
         self._runner: web.AppRunner | None = None
         self._apply_lock = asyncio.Lock()
         self._sent_log_tail: list[str] = []
@@ -99,7 +101,7 @@ class Agent:
             "engine_version": self.engine.version,
             "agent_version": __version__,
             "platform": platform.platform(),
-            "gpus": [],
+            "gpus": self.gpus,
             "status": self.status,
             "applied_version": self.config.version if self.config else None,
             "applied_hash": self.config.hash if self.config else "",

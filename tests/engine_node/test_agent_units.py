@@ -128,3 +128,14 @@ def test_backoff_grows_with_jitter_and_is_capped():
     assert min(first) >= 0.37 and max(first) <= 0.75
     assert max(late) <= BACKOFF_CAP_S and min(late) >= BACKOFF_CAP_S / 2
     assert len(set(late)) > 100
+
+
+def test_gpu_inventory_parses_nvidia_smi_csv():
+    from engine_node.gpus import parse
+
+    output = "0, NVIDIA H200, GPU-3f2a9c1e-0000, 143771, 570.86.15\n1, NVIDIA H200, GPU-77aa, 143771, 570.86.15\n"
+    assert parse(output) == [
+        {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-3f2a9c1e-0000", "memory_mib": 143771, "driver": "570.86.15"},
+        {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-77aa", "memory_mib": 143771, "driver": "570.86.15"},
+    ]
+    assert parse("") == []
