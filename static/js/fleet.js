@@ -1,8 +1,6 @@
 // Fleet view: applies live `node.updated` events to the node rows and recounts each pool's rollout.
 (function () {
   const script = document.currentScript;
-  const state = document.getElementById("live-state");
-  let delay = 1000;
 
   function text(cell, value) {
     if (cell) cell.textContent = value;
@@ -71,26 +69,9 @@
     recount(section);
   }
 
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + location.host + script.dataset.wsPath);
-    socket.onopen = () => {
-      delay = 1000;
-      state.textContent = "live";
-      state.className = "live on";
-    };
-    socket.onmessage = (message) => {
-      const event = JSON.parse(message.data);
-      if (event.type === "node.updated") apply(event.node);
-      if (event.type === "nodes.updated") event.nodes.forEach(apply);
-      if (event.type === "pool.released") location.reload();
-    };
-    socket.onclose = () => {
-      state.textContent = "reconnecting";
-      state.className = "live off";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    };
-  }
-  connect();
+  window.connectLive(script.dataset.wsPath, (event) => {
+    if (event.type === "node.updated") apply(event.node);
+    if (event.type === "nodes.updated") event.nodes.forEach(apply);
+    if (event.type === "pool.released") location.reload();
+  });
 })();

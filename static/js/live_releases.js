@@ -2,10 +2,7 @@
 (function () {
   const script = document.currentScript;
   const list = document.getElementById("releases");
-  const state = document.getElementById("live-state");
   if (!list || !script) return;
-  const path = script.dataset.wsPath;
-  let delay = 1000;
 
   function ref(v) {
     return v ? v.template + " v" + v.number : "none";
@@ -29,30 +26,13 @@
     return li;
   }
 
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + location.host + path);
-    socket.onopen = () => {
-      delay = 1000;
-      state.textContent = "live";
-      state.className = "live on";
-    };
-    socket.onmessage = (message) => {
-      const event = JSON.parse(message.data);
-      if (event.type !== "pool.released") return;
-      const empty = list.querySelector(".empty");
-      if (empty) empty.remove();
-      list.prepend(item(event));
-      document.querySelectorAll('[data-pool="' + event.pool + '"] .desired').forEach((cell) => {
-        cell.textContent = ref(event.version);
-      });
-    };
-    socket.onclose = () => {
-      state.textContent = "reconnecting";
-      state.className = "live off";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 30000);
-    };
-  }
-  connect();
+  window.connectLive(script.dataset.wsPath, (event) => {
+    if (event.type !== "pool.released") return;
+    const empty = list.querySelector(".empty");
+    if (empty) empty.remove();
+    list.prepend(item(event));
+    document.querySelectorAll('[data-pool="' + event.pool + '"] .desired').forEach((cell) => {
+      cell.textContent = ref(event.version);
+    });
+  });
 })();

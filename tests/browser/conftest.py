@@ -1,9 +1,13 @@
 """A real ASGI server (daphne) on the test database, and Debian's Chromium driven by Playwright."""
 
+import io
 import os
+import threading
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.db import connection
 
 from tests.live_server import Daphne
 
@@ -74,3 +78,19 @@ def shot():
         return path
 
     return take
+
+
+@pytest.fixture
+def seeded():
+    """The demo data (seed_demo), loaded off this thread: Playwright runs an event loop here, and seeding
+    publishes (async_to_sync) events."""
+
+    def run():
+        try:
+            call_command("seed_demo", stdout=io.StringIO())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()

@@ -1,12 +1,8 @@
 """The operator's path through the dashboard in Chromium: edit, validate, save, diff, publish, roll back."""
 
-import io
 import re
-import threading
 
 import pytest
-from django.core.management import call_command
-from django.db import connection
 
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
@@ -33,17 +29,7 @@ def publish(page, base: str, pool: str, ref: str, reason: str) -> None:
     page.get_by_text("Published").wait_for()
 
 
-def test_edit_validate_save_diff_publish_and_roll_back(server_url, new_page, shot):
-    # Off this thread: Playwright runs an event loop here, and seeding publishes (async_to_sync) events.
-    def seed():
-        try:
-            call_command("seed_demo", stdout=io.StringIO())
-        finally:
-            connection.close()
-
-    seeding = threading.Thread(target=seed)
-    seeding.start()
-    seeding.join()
+def test_edit_validate_save_diff_publish_and_roll_back(seeded, server_url, new_page, shot):
     page = new_page()
     login(page, server_url, "agent")
 

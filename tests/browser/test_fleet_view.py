@@ -1,12 +1,8 @@
 """The fleet view in Chromium: register a node, start its agent with the token shown once, watch it live."""
 
-import io
 import re
-import threading
 
 import pytest
-from django.core.management import call_command
-from django.db import connection
 
 from controlplane.nodes.models import EngineNode
 from tests.browser.test_dashboard_flow import login, publish
@@ -15,20 +11,7 @@ from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def seed() -> None:
-    def run():
-        try:
-            call_command("seed_demo", stdout=io.StringIO())
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-
-
-def test_registered_node_comes_online_and_follows_a_publish_live(server_url, new_page, shot, tmp_path):
-    seed()
+def test_registered_node_comes_online_and_follows_a_publish_live(seeded, server_url, new_page, shot, tmp_path):
     page = new_page()
     login(page, server_url, "sre")
     page.goto(f"{server_url}/fleet/")
