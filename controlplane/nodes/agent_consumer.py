@@ -56,14 +56,18 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.watchdog.cancel()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
-        await database_sync_to_async(agent_sessions.node_disconnected)(node_id=self.node_id)
+        await database_sync_to_async(agent_sessions.node_disconnected)(
+            node_id=self.node_id, session_id=self.channel_name
+        )
 
     async def receive_json(self, content, **kwargs):
         kind = content.get("type") if isinstance(content, dict) else None
         self.heard.set()
         if kind == "hello":
             self.reported_status = content.get("status")
-            push = await database_sync_to_async(agent_sessions.node_hello)(node_id=self.node_id, hello=content)
+            push = await database_sync_to_async(agent_sessions.node_hello)(
+                node_id=self.node_id, session_id=self.channel_name, hello=content
+            )
             if push is not None:
                 await self.config_push(push)
         elif kind == "heartbeat" and content.get("status") == self.reported_status and "log_tail" not in content:

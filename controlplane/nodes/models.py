@@ -76,6 +76,8 @@ class EngineNode(models.Model):
     gpus = models.JSONField(default=list, blank=True)
     reported_status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTING)
     is_connected = models.BooleanField(default=False)
+    # Which connection is the live one: a late disconnect of an older connection must not mark it lost.
+    session_id = models.CharField(max_length=100, blank=True)
     connected_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     log_tail = models.JSONField(default=list, blank=True)

@@ -25,7 +25,7 @@ def node_authenticate(*, token: str) -> EngineNode | None:
     return node if node and tokens.token_matches(token, node.token_hash) else None
 
 
-def node_hello(*, node_id: int, hello: dict) -> dict | None:
+def node_hello(*, node_id: int, session_id: str, hello: dict) -> dict | None:
     """Record the agent's identity and applied config; return the config to push if it is not the desired one."""
     now = timezone.now()
     applied_hash = str(hello.get("applied_hash") or "")
@@ -38,6 +38,7 @@ def node_hello(*, node_id: int, hello: dict) -> dict | None:
         node.gpus = hello.get("gpus") if isinstance(hello.get("gpus"), list) else []
         node.reported_status = _status(hello.get("status"), node.reported_status)
         node.is_connected = True
+        node.session_id = session_id
         node.connected_at = node.last_seen_at = now
         if applied_hash != node.applied_hash:
             node.applied_hash = applied_hash
@@ -120,8 +121,10 @@ def node_command_progress(*, node_id: int, command_id: int, state: str, progress
     _broadcast(EngineNode.objects.get(pk=node_id))
 
 
-def node_disconnected(*, node_id: int) -> None:
-    EngineNode.objects.filter(pk=node_id).update(is_connected=False)
+def node_disconnected(*, node_id: int, session_id: str) -> None:
+    """Only the live connection's end marks the node disconnected; an older one's late close changes nothing."""
+    if not EngineNode.objects.filter(pk=node_id, session_id=session_id).update(is_connected=False):
+        return
     node = EngineNode.objects.filter(pk=node_id).first()
     if node is not None:
         _broadcast(node)
