@@ -141,6 +141,7 @@ class Agent:
             try:
                 config = NodeConfig.from_message(message)
             except ConfigRejected as exc:
+                metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
                 await self._reply("nack", message.get("hash", ""), message.get("version"), str(exc))
                 return
             if self.config is not None and config.hash == self.config.hash:
