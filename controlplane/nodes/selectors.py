@@ -2,7 +2,7 @@
 
 from django.db.models import QuerySet
 
-from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.models import EngineNode, Pool, PoolRelease
 from controlplane.nodes.realtime import version_ref
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
@@ -81,3 +81,12 @@ def pool_rollout(*, pool, now) -> dict:
     else:
         state = "complete" if acked == len(nodes) else "in_progress"
     return {"pool": pool.name, "state": state, "total": len(nodes), "acked": acked, "failed": failed, "nodes": nodes}
+
+
+def fleet_status_counts(*, now) -> dict[str, int]:
+    """How many nodes are in each status, for the overview."""
+    counts: dict[str, int] = {}
+    for node in EngineNode.objects.all():
+        status = node.status(now)
+        counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items()))

@@ -1,10 +1,12 @@
 """The landing page: every pool's desired version, recent releases and recent changes."""
 
 from django.shortcuts import render
+from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
 from controlplane.dashboard.access import page
 from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.selectors import fleet_status_counts
 from controlplane.params.models import ParameterTemplate
 
 
@@ -15,6 +17,7 @@ def overview(request):
         "dashboard/overview.html",
         {
             "pools": Pool.objects.select_related("desired_version__template"),
+            "fleet": fleet_status_counts(now=timezone.now()),
             "templates": ParameterTemplate.objects.all(),
             "releases": PoolRelease.objects.select_related("pool", "version__template", "actor")[:10],
             "recent": AuditEntry.objects.all()[:10],

@@ -2,6 +2,7 @@
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.roles import Action
@@ -49,6 +50,7 @@ def _render_pool(request, name, publish_form=None, status=200):
             "reached_non_production": selectors.version_ids_on_non_production(),
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
             "previous": selectors.pool_previous_version(pool=pool),
+            "rollout": selectors.pool_rollout(pool=pool, now=timezone.now()),
             "publish_form": publish_form or forms.PublishForm(),
         },
         status=status,
