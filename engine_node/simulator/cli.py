@@ -82,7 +82,13 @@ def parser() -> argparse.ArgumentParser:
         '\'{"method": "draft_model", "model": "m", "num_speculative_tokens": 3}\'',
     )
     p.add_argument("--enforce-eager", action="store_true", help="accepted for compatibility; no effect")
-    p.add_argument("--disable-log-requests", action="store_true", help="do not log a line per received request")
+    # vLLM 0.32 dropped --disable-log-requests: request lines are off unless --enable-log-requests.
+    p.add_argument(
+        "--enable-log-requests",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log a line per received request (off by default, as in vLLM 0.32)",
+    )
     p.add_argument(
         "--profile",
         default=str(DEFAULT_PROFILE_PATH),
@@ -143,7 +149,7 @@ def settings_from(args: argparse.Namespace, profile: Profile) -> SimulatorSettin
         enable_prefix_caching=args.enable_prefix_caching,
         speculative=speculative,
         seed=args.seed,
-        log_requests=not args.disable_log_requests,
+        log_requests=args.enable_log_requests,
     )
 
 

@@ -11,7 +11,7 @@ def test_help_documents_every_vllm_flag_the_agent_passes(run_simulator):
         "--host", "--port", "--model", "--served-model-name", "--tokenizer", "--max-num-seqs",
         "--max-num-batched-tokens", "--gpu-memory-utilization", "--max-model-len", "--quantization",
         "--enable-prefix-caching", "--no-enable-prefix-caching", "--speculative-config", "--enforce-eager",
-        "--disable-log-requests", "--profile", "--seed",
+        "--enable-log-requests", "--profile", "--seed",
     ):  # fmt: skip
         assert flag in result.stdout
 
@@ -78,7 +78,7 @@ def test_agent_flags_are_accepted_and_served(start_simulator):
             "--model", "org/base", "--served-model-name", "chat", "alias", "--tokenizer", "org/base",
             "--max-num-seqs", "8", "--max-num-batched-tokens", "512", "--gpu-memory-utilization", "0.5",
             "--max-model-len", "2048", "--quantization", "fp8", "--no-enable-prefix-caching",
-            "--speculative-config", spec, "--enforce-eager", "--disable-log-requests", "--seed", "7",
+            "--speculative-config", spec, "--enforce-eager", "--enable-log-requests", "--seed", "7",
         )
     )  # fmt: skip
 
