@@ -1,0 +1,1 @@
+"""Request policy for the engine-node gateway: what a customer message is about, decided on the CPU."""

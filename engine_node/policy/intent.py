@@ -1,0 +1,168 @@
+"""Classifies a customer message into a shop intent with a hashed n-gram linear model, in pure Python.
+
+Features are character 1-3 grams of CJK runs, whole words and word bigrams of Latin text, and character 3-4 grams
+inside Latin words (so typos still share most features), hashed into a fixed number of buckets. The model is a
+multinomial logistic regression whose scores are divided by a temperature fitted on templates the model did not
+train on, so its softmax probability is a confidence the gateway can compare with a floor such as 0.8.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import math
+import re
+import struct
+import unicodedata
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_PATH = Path(__file__).resolve().parent / "data" / "intent_model.json"
+MODEL_FORMAT = "intent-hashed-ngram-logreg-v1"
+N_BUCKETS = 1 << 18
+
+_CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
+_LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+_DIGIT_RUN = re.compile(r"\d+")
+_SYMBOLS = "¥$￥?？!！"
+
+
+class IntentModelError(Exception):
+    """The model file is missing, malformed, of another format, or does not match its recorded sha256."""
+
+
+def _digit_token(run: str) -> str:
+    # Order numbers are long, amounts short; the length class is what carries meaning, not the digits.
+    return "#order" if len(run) >= 10 else "#num"
+
+
+def features(text: str) -> dict[int, float]:
+    """Hashed, L2-normalised binary n-gram features of a message."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    grams: set[str] = set()
+    for run in _CJK_RUN.findall(text):
+        for n in (1, 2, 3):
+            grams.update("c" + run[i : i + n] for i in range(len(run) - n + 1))
+    words = _LATIN_WORD.findall(text)
+    grams.update("w" + word for word in words)
+    grams.update(f"b{a} {b}" for a, b in itertools.pairwise(words))
+    for word in words:
+        padded = f"<{word}>"
+        for n in (3, 4):
+            grams.update("l" + padded[i : i + n] for i in range(len(padded) - n + 1))
+    grams.update(_digit_token(run) for run in _DIGIT_RUN.findall(text))
+    grams.update("s" + char for char in text if char in _SYMBOLS)
+    if not grams:
+        grams.add("#empty")
+    buckets = {zlib.crc32(gram.encode("utf-8")) % N_BUCKETS for gram in grams}
+    value = 1.0 / math.sqrt(len(buckets))
+    return dict.fromkeys(buckets, value)
+
+
+def softmax(scores: list[float]) -> list[float]:
+    """Probabilities from raw class scores, shifted by the maximum so large scores do not overflow."""
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def payload_sha256(body: dict) -> str:
+    """The sha256 of a model file's body (everything but the sha256 field) in canonical JSON."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def encode_weights(weights: dict[int, list[float]], n_labels: int) -> dict[str, str]:
+    """Sparse weight rows packed as base64 uint32 bucket ids and float16 values, to keep the file small."""
+    buckets = sorted(weights)
+    values = [value for bucket in buckets for value in weights[bucket]]
+    assert all(len(weights[bucket]) == n_labels for bucket in buckets)
+    return {
+        "buckets": base64.b64encode(struct.pack(f"<{len(buckets)}I", *buckets)).decode("ascii"),
+        "values": base64.b64encode(struct.pack(f"<{len(values)}e", *values)).decode("ascii"),
+    }
+
+
+def decode_weights(packed: dict[str, str], n_labels: int) -> dict[int, tuple[float, ...]]:
+    """Inverse of encode_weights."""
+    raw_buckets = base64.b64decode(packed["buckets"])
+    raw_values = base64.b64decode(packed["values"])
+    buckets = struct.unpack(f"<{len(raw_buckets) // 4}I", raw_buckets)
+    values = struct.unpack(f"<{len(raw_values) // 2}e", raw_values)
+    if len(values) != len(buckets) * n_labels:
+        raise IntentModelError("weight table size does not match the bucket list")
+    return {bucket: values[i * n_labels : (i + 1) * n_labels] for i, bucket in enumerate(buckets)}
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A classification: the most likely label and its probability."""
+
+    label: str
+    confidence: float
+
+
+class IntentClassifier:
+    """A loaded intent model; classify() is pure CPU work of a few hundred multiply-adds per message."""
+
+    def __init__(
+        self,
+        *,
+        labels: list[str],
+        bias: list[float],
+        weights: dict[int, tuple[float, ...]],
+        temperature: float = 1.0,
+        meta: dict | None = None,
+    ):
+        self.labels = labels
+        self.bias = bias
+        self.weights = weights
+        self.temperature = temperature
+        self.meta = meta or {}
+
+    @classmethod
+    def load(cls, path: Path = MODEL_PATH) -> IntentClassifier:
+        """Reads a model file, refusing it unless its body hashes to the recorded sha256."""
+        try:
+            document = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise IntentModelError(f"cannot read intent model {path}: {exc}") from exc
+        recorded = document.pop("sha256", None)
+        if recorded != payload_sha256(document):
+            raise IntentModelError(f"intent model {path} does not match its sha256")
+        if document.get("format") != MODEL_FORMAT or document.get("n_buckets") != N_BUCKETS:
+            raise IntentModelError(f"intent model {path} is not {MODEL_FORMAT} with {N_BUCKETS} buckets")
+        labels = document["labels"]
+        meta = {key: value for key, value in document.items() if key not in ("bias", "weights")}
+        meta["sha256"] = recorded
+        return cls(
+            labels=labels,
+            bias=document["bias"],
+            weights=decode_weights(document["weights"], len(labels)),
+            temperature=document["temperature"],
+            meta=meta,
+        )
+
+    def scores(self, text: str) -> list[float]:
+        """The raw linear score of every label, in label order, before the temperature."""
+        scores = list(self.bias)
+        for bucket, value in features(text).items():
+            row = self.weights.get(bucket)
+            if row is not None:
+                scores = [score + value * weight for score, weight in zip(scores, row, strict=True)]
+        return scores
+
+    def probabilities(self, text: str) -> dict[str, float]:
+        """The calibrated softmax probability of every label for one message."""
+        scaled = [score / self.temperature for score in self.scores(text)]
+        return dict(zip(self.labels, softmax(scaled), strict=True))
+
+    def classify(self, text: str) -> Intent:
+        """The most likely label of one message, with its probability in [0, 1]."""
+        probabilities = self.probabilities(text)
+        label = max(probabilities, key=probabilities.__getitem__)
+        return Intent(label=label, confidence=probabilities[label])

@@ -1,0 +1,52 @@
+"""The checked-in intent dataset: complete, deduplicated, reproducible from its templates, and split honestly."""
+
+import importlib.util
+from collections import Counter
+
+from engine_node.policy.dataset import DATASET_PATH, LABELS, load_examples, split_by_template, split_random
+
+BUILD_SCRIPT = DATASET_PATH.parent / "build_intents.py"
+
+
+def load_build_script():
+    spec = importlib.util.spec_from_file_location("build_intents", BUILD_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_label_has_at_least_300_messages_in_known_languages():
+    examples = load_examples()
+    assert set(Counter(example.label for example in examples)) == set(LABELS)
+    assert min(Counter(example.label for example in examples).values()) >= 300
+    assert {example.lang for example in examples} == {"zh", "en", "mixed"}
+
+
+def test_no_two_messages_are_identical():
+    texts = [example.text for example in load_examples()]
+    assert len(texts) == len(set(texts))
+
+
+def test_the_dataset_file_is_what_the_build_script_generates():
+    build = load_build_script()
+    assert [example.__dict__ for example in load_examples()] == build.build()
+    assert build.LABELS == LABELS
+
+
+def test_templates_are_many_per_label_and_language():
+    build = load_build_script()
+    per_section = Counter((label, lang) for _, label, lang, _ in build.read_templates())
+    assert all(per_section[(label, lang)] >= 20 for label in LABELS for lang in ("zh", "en"))
+
+
+def test_by_template_split_shares_no_template_between_train_and_held_out():
+    train, held_out = split_by_template(load_examples())
+    assert {e.template for e in train}.isdisjoint({e.template for e in held_out})
+    assert {(e.label, e.lang) for e in held_out} == {(e.label, e.lang) for e in train}
+
+
+def test_random_split_holds_out_a_fifth_of_each_label():
+    examples = load_examples()
+    _, held_out = split_random(examples)
+    totals, held = Counter(e.label for e in examples), Counter(e.label for e in held_out)
+    assert all(abs(held[label] - totals[label] / 5) <= 1 for label in LABELS)
