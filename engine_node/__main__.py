@@ -23,13 +23,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(agent: Agent) -> None:
-    """Run until SIGTERM or SIGINT, then stop the engine too: it runs in its own session and would outlive us."""
-    task = asyncio.current_task()
+    """Run until SIGTERM or SIGINT, then stop the engine too: it runs in its own session and would outlive us.
+
+    Only the first signal cancels; a second one (supervisors often send two) must not interrupt the
+    engine's shut-down half way.
+    """
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
+        loop.add_signal_handler(sig, stop.set)
+    running = asyncio.create_task(agent.run())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if running.done():
+        stopping.cancel()
+        running.result()
+        return
+    # Shutting down from here on: later signals are ignored (SIGKILL still ends a hung shut-down).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
+    running.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await agent.run()
+        await running
 
 
 if __name__ == "__main__":
