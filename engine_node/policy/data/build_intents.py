@@ -1,6 +1,6 @@
 """Expands the hand-written templates in intent_templates.txt into intents.jsonl, deterministically.
 
-Run from the repository root: `python engine_node/policy/data/build_intents.py`. The same templates and seed always
+Run from the repository root: `python -m engine_node.policy.data.build_intents`. The same templates and seed always
 give the same file, so a change to the dataset is a reviewable diff of the templates.
 """
 
@@ -11,21 +11,12 @@ import random
 import re
 from pathlib import Path
 
+from engine_node.policy.dataset import LABELS
+
 HERE = Path(__file__).resolve().parent
 TEMPLATES_PATH = HERE / "intent_templates.txt"
 OUTPUT_PATH = HERE / "intents.jsonl"
 SEED = 20261111
-LABELS = (
-    "order_status",
-    "return_refund",
-    "product_recommendation",
-    "payment_billing",
-    "coupon_promotion",
-    "account_privacy",
-    "legal_policy",
-    "copywriting",
-    "other",
-)
 LANGS = ("zh", "en", "mixed")
 # Each label gets at least this many messages; templates with few free choices stop early when they run dry.
 TARGET_PER_LABEL = 1500

@@ -50,3 +50,10 @@ def test_random_split_holds_out_a_fifth_of_each_label():
     _, held_out = split_random(examples)
     totals, held = Counter(e.label for e in examples), Counter(e.label for e in held_out)
     assert all(abs(held[label] - totals[label] / 5) <= 1 for label in LABELS)
+
+
+def test_the_control_plane_schema_and_the_classifier_share_one_label_set():
+    from controlplane.params.schema import INTENT_LABELS
+
+    # The agent cannot import the control plane, so the two lists are kept equal by this test.
+    assert tuple(INTENT_LABELS) == tuple(LABELS)
