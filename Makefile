@@ -30,10 +30,10 @@ run: install
 	./scripts/run.sh
 
 # Debian's Chromium drives the browser tests (Playwright's own browser download cannot work offline);
-# promtool (package prometheus) checks every /metrics exposition.
+# promtool (package prometheus) checks every /metrics exposition; Noto CJK renders the Chinese in screenshots.
 system-packages:
-	@if ! test -x $(CHROMIUM) || ! command -v promtool >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium prometheus >/dev/null; fi
+	@if ! test -x $(CHROMIUM) || ! command -v promtool >/dev/null || ! fc-list 2>/dev/null | grep -q "CJK"; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium prometheus fonts-noto-cjk >/dev/null; fi
 	@test -x $(CHROMIUM) || (echo "Chromium is missing at $(CHROMIUM); install Debian's chromium package" && exit 1)
 
 lint: install-dev
@@ -51,6 +51,7 @@ test: install-dev system-packages vllm-env lint
 bench: install-dev
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/rollout_fanout.py
+	$(BIN)/python bench/gateway.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts

@@ -9,6 +9,7 @@ last good one.
 import asyncio
 import logging
 import platform
+import re
 import socket
 import time
 
@@ -16,13 +17,16 @@ from aiohttp import web
 
 from engine_node import __version__, metrics
 from engine_node.admission import Admission
-from engine_node.config import ConfigRejected, NodeConfig, engine_args
+from engine_node.config import ConfigRejected, NodeConfig, content_hash, engine_args
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
 from engine_node.gateway import Gateway
 from engine_node.gpus import gpu_inventory
+from engine_node.policy.intent import IntentClassifier, IntentModelError
+from engine_node.policy.rules import Policy
+from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings
-from engine_node.state import LastGoodStore
+from engine_node.state import LastGoodStore, PolicyStore
 
 log = logging.getLogger("engine_node.agent")
 
@@ -35,7 +39,10 @@ class Agent:
         self.status = "starting"
         self._background: set[asyncio.Task] = set()
         self.store = LastGoodStore(settings.state_dir)
+        self.policy_store = PolicyStore(settings.state_dir)
         self.config: NodeConfig | None = None
+        self.bundle: dict | None = None
+        self.classifier: IntentClassifier | None = None
         self.engine = EngineProcess(settings, on_state=self._engine_state)
         self.admission = Admission(settings.queue_timeout_s)
         self.gateway = Gateway(
@@ -43,6 +50,13 @@ class Agent:
             admission=self.admission,
             status=self.health,
             node_name=settings.node_name,
+            sessions=StreamSessions(
+                RedisSessionStore(settings.session_redis_url, node=settings.node_name)
+                if settings.session_redis_url
+                else MemorySessionStore(),
+                grace_s=settings.session_grace_s,
+                ttl_s=settings.session_ttl_s,
+            ),
         )
         self.link: ControlLink | None = None
         self.gpus = gpu_inventory()
@@ -69,7 +83,9 @@ class Agent:
         self.config = self.store.load()
         if self.config is not None:
             log.info("starting on the last good config %s", self.config.label)
-            self.gateway.apply_hot(self.config.content)
+        self.bundle = self.policy_store.load_bundle()
+        self.classifier = self.policy_store.load_model() or IntentClassifier.load()
+        self._rebuild_policy()
         await self.engine.start(engine_args(self.config, self.settings))
         self._set_status("online")
         self._runner = web.AppRunner(self.gateway.app(), access_log=None)
@@ -105,7 +121,13 @@ class Agent:
             "status": self.status,
             "applied_version": self.config.version if self.config else None,
             "applied_hash": self.config.hash if self.config else "",
+            "policy_hash": self.bundle["hash"] if self.bundle else "",
+            "intent_model_sha256": self.intent_model_sha256,
         }
+
+    @property
+    def intent_model_sha256(self) -> str:
+        return self.classifier.meta.get("sha256", "") if self.classifier else ""
 
     def heartbeat(self) -> dict:
         message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
@@ -132,6 +154,10 @@ class Agent:
         kind = message.get("type")
         if kind == "config":
             await self.apply(message)
+        elif kind == "policy":
+            self.apply_policy(message)
+        elif kind == "intent_model":
+            await self.apply_intent_model(message)
         elif kind == "command":
             await self.command(int(message.get("id", 0)), str(message.get("op", "")))
 
@@ -147,22 +173,66 @@ class Agent:
             if self.config is not None and config.hash == self.config.hash:
                 await self._reply("ack", config.hash, config.version)
                 return
+            try:
+                Policy(config.content)
+            except (re.error, KeyError, TypeError) as exc:
+                metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
+                await self._reply("nack", config.hash, config.version, f"temperature.strict_patterns: {exc}")
+                return
             new_args = engine_args(config, self.settings)
             kind = "cold" if new_args != self.engine.args else "hot"
             try:
                 if kind == "cold":
                     await self._restart_engine(new_args, reason=f"config {config.label}")
-                self.gateway.apply_hot(config.content)
+                self.config = config
+                self._rebuild_policy()
             except EngineStartFailed as exc:
                 metrics.CONFIG_APPLIES.labels(result="nack", kind=kind).inc()
                 await self._reply("nack", config.hash, config.version, str(exc))
                 await self._recover()
                 return
-            self.config = config
             self.store.save(config)
             metrics.CONFIG_APPLIES.labels(result="ack", kind=kind).inc()
             log.info("applied %s (%s)", config.label, kind)
             await self._reply("ack", config.hash, config.version)
+
+    def apply_policy(self, message: dict) -> None:
+        """The pool's whitelists, conversation overrides and degradation state; refused unless the hash matches."""
+        content = message.get("content")
+        if not isinstance(content, dict) or content_hash(content) != message.get("hash"):
+            log.error("policy bundle refused: content does not hash to %r", message.get("hash"))
+            return
+        self.bundle = {"hash": message["hash"], "content": content}
+        self.policy_store.save_bundle(self.bundle)
+        self._rebuild_policy()
+        log.info("policy bundle %s applied", message["hash"][:12])
+
+    async def apply_intent_model(self, message: dict) -> None:
+        """A published intent model (or None: back to the built-in one), refused unless its sha256 verifies."""
+        document = message.get("document")
+        try:
+            if document is None:
+                classifier = IntentClassifier.load()
+                self.policy_store.forget_model()
+            else:
+                classifier = IntentClassifier.from_document(document, source=f"model {message.get('id')}")
+                if classifier.meta.get("sha256") != message.get("sha256"):
+                    raise IntentModelError(f"sha256 {classifier.meta.get('sha256')} is not {message.get('sha256')}")
+                self.policy_store.save_model(document)
+        except IntentModelError as exc:
+            log.error("intent model refused: %s", exc)
+            await self._send({"type": "intent_model_result", "sha256": message.get("sha256"), "error": str(exc)})
+            return
+        self.classifier = classifier
+        self._rebuild_policy()
+        log.info("intent model %s in use", self.intent_model_sha256[:12])
+        await self._send({"type": "intent_model_result", "sha256": self.intent_model_sha256, "error": ""})
+
+    def _rebuild_policy(self) -> None:
+        params = self.config.content if self.config else None
+        bundle = self.bundle["content"] if self.bundle else None
+        label = self.config.label if self.config else "defaults"
+        self.gateway.set_policy(Policy(params, bundle, self.classifier), label)
 
     async def command(self, command_id: int, op: str) -> None:
         async def progress(state: str, text: str = "", result: str = "") -> None:

@@ -29,6 +29,9 @@ class AgentSettings:
     start_timeout_s: float = 300.0
     probe_interval_s: float = 10.0
     probe_timeout_s: float = 15.0
+    session_redis_url: str = ""
+    session_grace_s: float = 5.0
+    session_ttl_s: float = 120.0
 
 
 def _env(name: str, default: str = "") -> str:
@@ -143,6 +146,25 @@ def parser() -> argparse.ArgumentParser:
         default=float(_env("ENGINE_NODE_PROBE_INTERVAL_S", "10")),
         help="seconds between liveness probes, each a real 1-token request [ENGINE_NODE_PROBE_INTERVAL_S]",
     )
+    p.add_argument(
+        "--session-redis-url",
+        default=_env("ENGINE_NODE_SESSION_REDIS_URL"),
+        help="Redis for stream sessions (seed and generated chunks, for resume); empty keeps them in memory "
+        "[ENGINE_NODE_SESSION_REDIS_URL]",
+    )
+    p.add_argument(
+        "--session-grace",
+        type=float,
+        default=float(_env("ENGINE_NODE_SESSION_GRACE_S", "5")),
+        help="seconds a dropped stream keeps generating for the client to resume it (the seed's 5 s) "
+        "[ENGINE_NODE_SESSION_GRACE_S]",
+    )
+    p.add_argument(
+        "--session-ttl",
+        type=float,
+        default=float(_env("ENGINE_NODE_SESSION_TTL_S", "120")),
+        help="seconds a finished or interrupted stream stays replayable [ENGINE_NODE_SESSION_TTL_S]",
+    )
     return p
 
 
@@ -168,4 +190,7 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         queue_timeout_s=args.queue_timeout,
         start_timeout_s=args.start_timeout,
         probe_interval_s=args.probe_interval,
+        session_redis_url=args.session_redis_url,
+        session_grace_s=args.session_grace,
+        session_ttl_s=args.session_ttl,
     )

@@ -131,11 +131,19 @@ class IntentClassifier:
             document = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise IntentModelError(f"cannot read intent model {path}: {exc}") from exc
+        return cls.from_document(document, source=str(path))
+
+    @classmethod
+    def from_document(cls, document: dict, *, source: str = "document") -> IntentClassifier:
+        """A model from its parsed file (as the control plane pushes it), refused unless its sha256 verifies."""
+        if not isinstance(document, dict):
+            raise IntentModelError(f"intent model {source} is not a JSON object")
+        document = dict(document)
         recorded = document.pop("sha256", None)
         if recorded != payload_sha256(document):
-            raise IntentModelError(f"intent model {path} does not match its sha256")
+            raise IntentModelError(f"intent model {source} does not match its sha256")
         if document.get("format") != MODEL_FORMAT or document.get("n_buckets") != N_BUCKETS:
-            raise IntentModelError(f"intent model {path} is not {MODEL_FORMAT} with {N_BUCKETS} buckets")
+            raise IntentModelError(f"intent model {source} is not {MODEL_FORMAT} with {N_BUCKETS} buckets")
         labels = document["labels"]
         meta = {key: value for key, value in document.items() if key not in ("bias", "weights")}
         meta["sha256"] = recorded

@@ -10,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import openai
 import pytest
 
 from controlplane.nodes.models import EngineNode
@@ -32,7 +33,9 @@ def engine_cmdline(pid: int) -> list[str]:
 def document(max_num_seqs: int) -> dict:
     return {
         "inference_params": {
-            "max_tokens": {"whitelist": []},
+            # A small first-turn cap: the random-weight model rarely stops by itself, so replies are cut and continued.
+            "max_tokens": {"whitelist": [], "default": 16, "streaming_threshold": 16},
+            "degradation": {"max_tokens": 16},
             "batch": {"long_context_threshold": 512},
             "engine": {"max_model_len": 1024, "max_num_seqs": max_num_seqs, "served_model_name": SERVED_MODEL_NAME},
         }
@@ -79,6 +82,7 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         status, body = agent.chat("Where is my order?")
         assert status == 200 and body["choices"][0]["message"]["content"] is not None
         assert body["usage"]["completion_tokens"] > 0
+        check_openai_client(agent.url)
         metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
         assert "vllm:num_requests_running" in metrics and "vllm:generation_tokens_total" in metrics
         assert "engine_node_gateway_requests_total" in metrics
@@ -112,3 +116,34 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
     finally:
         agent.stop()
         server.stop()
+
+
+def check_openai_client(url: str) -> None:
+    """The official client, plain and streaming, through the gateway's policy to real vLLM."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    raw = client.chat.completions.with_raw_response.create(
+        model=SERVED_MODEL_NAME, messages=[{"role": "user", "content": "我付了¥299.00怎么还显示未支付"}], max_tokens=64
+    )
+    assert (raw.headers["X-Policy-Tier"], raw.headers["X-Policy-Max-Tokens"]) == ("strict", "16")
+    reply = raw.parse()
+    rounds = int(raw.headers["X-Continuation-Rounds"])
+    # vLLM continued its own partial reply (continue_final_message) when the cap cut it mid-sentence.
+    assert reply.usage.completion_tokens <= 16 * (1 + rounds)
+    if reply.choices[0].finish_reason == "length" and rounds == 0:
+        assert (
+            not reply.choices[0].message.content.strip() or reply.choices[0].message.content.rstrip()[-1] in ".!?。！？"
+        )
+    chunks = list(
+        client.chat.completions.create(
+            model=SERVED_MODEL_NAME,
+            messages=[{"role": "user", "content": "Can you recommend a gift?"}],
+            max_tokens=64,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert len({c.id for c in chunks}) == 1
+    assert len([c for c in chunks if c.choices and c.choices[0].finish_reason]) == 1
+    assert next(c.usage for c in chunks if c.usage).completion_tokens > 0
+    assert chunks[-1].model_extra["x_final"] is True
+    assert client.models.list().data[0].id == SERVED_MODEL_NAME

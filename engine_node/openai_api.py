@@ -1,0 +1,160 @@
+"""The gateway's reading of an OpenAI chat request: validation with vLLM's error shape, and the fields policy needs.
+
+Bad input is answered here, before admission, in the body vLLM itself uses
+(`{"error": {"message", "type", "param", "code"}}`), so a client sees the same errors with or without the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from engine_node.policy.explain import ExplainInvalid, checked_name, estimate_tokens
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Fields the gateway reads and removes: vLLM does not know them.
+GATEWAY_FIELDS = ("business_tag", "conversation_id")
+MAX_TAG_LENGTH = 64
+MAX_CONVERSATION_LENGTH = 128
+
+
+class BadRequest(Exception):
+    """A request the gateway refuses; `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, error_type: str = "BadRequestError"):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.error_type = error_type
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.message, self.error_type, self.param)
+
+
+def error_response(
+    status: int, message: str, error_type: str, param: str | None = None, headers: dict | None = None
+) -> web.Response:
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+    return web.json_response(body, status=status, headers=headers, dumps=compact_json)
+
+
+def compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class ChatRequest:
+    """A validated chat body (still to be forwarded) and what the policy reads from it."""
+
+    body: dict
+    stream: bool
+    latest_user_text: str
+    prompt_tokens: int
+    client_max_tokens: int | None
+    business_tag: str | None
+    conversation: str | None
+    include_usage: bool
+
+
+def parse_json(raw: bytes) -> object:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"The request body is not valid UTF-8 (byte {exc.start}).") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadRequest("The request body nests too deeply.") from None
+    except ValueError as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+
+
+def parse_chat(raw: bytes, headers) -> ChatRequest:
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: must be a non-empty list of message objects.", "messages")
+    latest_user = ""
+    texts = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise BadRequest(f"messages[{index}]: must be an object.", "messages")
+        role = message.get("role")
+        if role not in ROLES:
+            raise BadRequest(f"messages[{index}].role: {role!r} is not one of {', '.join(sorted(ROLES))}.", "messages")
+        text = _content_text(message.get("content"), index)
+        texts.append(text)
+        if role == "user":
+            latest_user = text
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not _is_number(value):
+            raise BadRequest(f"{name}: must be a number, got {value!r}.", name)
+        upper = 2.0 if name == "temperature" else 1.0
+        if not 0.0 <= value <= upper:
+            raise BadRequest(f"{name}: must be between 0 and {upper:g}, got {value}.", name)
+    client_max = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadRequest(f"{name}: must be a positive integer, got {value!r}.", name)
+        client_max = value if client_max is None else client_max
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest(f"stream: must be true or false, got {stream!r}.", "stream")
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or not stream):
+        raise BadRequest("stream_options: must be an object, and only with stream=true.", "stream_options")
+    tag = headers.get("X-Business-Tag") or body.get("business_tag")
+    tag = _checked_name(tag, "business_tag", MAX_TAG_LENGTH)
+    conversation = headers.get("X-Conversation-Id") or body.get("conversation_id")
+    conversation = _checked_name(conversation, "conversation_id", MAX_CONVERSATION_LENGTH)
+    forwarded = {key: value for key, value in body.items() if key not in GATEWAY_FIELDS}
+    return ChatRequest(
+        body=forwarded,
+        stream=stream,
+        latest_user_text=latest_user,
+        # Chat templates add a few tokens per message (role markers, end-of-turn).
+        prompt_tokens=estimate_tokens("".join(texts)) + 4 * len(messages),
+        client_max_tokens=client_max,
+        business_tag=tag,
+        conversation=conversation,
+        include_usage=bool(options and options.get("include_usage")),
+    )
+
+
+def _content_text(content: object, index: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise BadRequest(f"messages[{index}].content: parts must be objects with a type.", "messages")
+            if part["type"] == "text":
+                if not isinstance(part.get("text"), str):
+                    raise BadRequest(f"messages[{index}].content: a text part needs a string text.", "messages")
+                parts.append(part["text"])
+        return "".join(parts)
+    raise BadRequest(f"messages[{index}].content: must be a string or a list of parts.", "messages")
+
+
+def _checked_name(value: object, field: str, limit: int) -> str | None:
+    try:
+        return checked_name(value, field, limit)
+    except ExplainInvalid as exc:
+        raise BadRequest(f"{field}: {exc.message}.", field) from None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
