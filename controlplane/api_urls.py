@@ -5,8 +5,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.accounts import api as accounts
 from controlplane.audit import api as audit
+from controlplane.datasets import api as datasets
 from controlplane.nodes import api as nodes
 from controlplane.nodes import node_api as engine_nodes
+from controlplane.operations import api as operations
 from controlplane.params import api as params
 
 urlpatterns = [
@@ -25,6 +27,11 @@ urlpatterns = [
         "templates/<slug:name>/versions/<int:number>/",
         params.TemplateVersionDetail.as_view(),
         name="template-version-detail",
+    ),
+    path(
+        "templates/<slug:name>/versions/<int:number>/explain/",
+        params.TemplateVersionExplain.as_view(),
+        name="template-version-explain",
     ),
     path(
         "templates/<slug:name>/versions/<int:number>/export/",
@@ -46,6 +53,17 @@ urlpatterns = [
     path("nodes/<slug:name>/token/", engine_nodes.NodeTokenRotate.as_view(), name="node-token-rotate"),
     path("nodes/<slug:name>/revoke/", engine_nodes.NodeTokenRevoke.as_view(), name="node-token-revoke"),
     path("nodes/<slug:name>/commands/", engine_nodes.NodeCommandList.as_view(), name="node-command-list"),
+    path("overrides/", operations.OverrideList.as_view(), name="override-list"),
+    path("overrides/<int:pk>/revoke/", operations.OverrideRevoke.as_view(), name="override-revoke"),
+    path("intent-datasets/", datasets.IntentDatasetList.as_view(), name="intent-dataset-list"),
+    path("intent-datasets/<slug:name>/", datasets.IntentDatasetDetail.as_view(), name="intent-dataset-detail"),
+    path("intent-datasets/<slug:name>/models/", datasets.IntentModelList.as_view(), name="intent-model-list"),
+    path(
+        "intent-datasets/<slug:name>/models/<int:number>/",
+        datasets.IntentModelDetail.as_view(),
+        name="intent-model-detail",
+    ),
+    path("intent-releases/", datasets.IntentModelReleaseList.as_view(), name="intent-release-list"),
     path("audit/", audit.AuditList.as_view(), name="audit-list"),
     path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -8,6 +8,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
+from controlplane.datasets.consumers import IntentModelEventsConsumer
 from controlplane.nodes.agent_consumer import AgentConsumer
 from controlplane.nodes.consumers import PoolEventsConsumer
 
@@ -20,4 +21,5 @@ websocket_urlpatterns = [
     path("ws/agent/", AgentConsumer.as_asgi()),
     path("ws/pools/", for_browsers(PoolEventsConsumer)),
     path("ws/pools/<slug:pool>/", for_browsers(PoolEventsConsumer)),
+    path("ws/intent-models/", for_browsers(IntentModelEventsConsumer)),
 ]

@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "controlplane.audit",
     "controlplane.params",
     "controlplane.nodes",
+    "controlplane.datasets",
+    "controlplane.operations",
     "controlplane.dashboard",
 ]
 

@@ -14,6 +14,9 @@ STATE_MODELS = (
     "nodes.PoolRelease",
     "nodes.EngineNode",
     "nodes.NodeCommand",
+    "datasets.IntentDataset",
+    "datasets.IntentModel",
+    "datasets.IntentModelRelease",
     "audit.AuditEntry",
 )
 

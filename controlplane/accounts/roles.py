@@ -22,6 +22,9 @@ class Action(models.TextChoices):
     USER_MANAGE = "user.manage"
     NODE_CREDENTIALS = "node.credentials"
     NODE_OPERATE = "node.operate"
+    INTENT_TRAIN = "intent.train"
+    INTENT_PUBLISH = "intent.publish"
+    OVERRIDE_SET = "override.set"
 
 
 _ALL = frozenset(Role)
@@ -38,6 +41,11 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.USER_MANAGE: frozenset({Role.ADMIN}),
     Action.NODE_CREDENTIALS: frozenset({Role.SRE, Role.ADMIN}),
     Action.NODE_OPERATE: frozenset({Role.SRE, Role.ADMIN}),
+    # Uploading datasets and training is tuning work; what the gateways run is an operator's decision.
+    Action.INTENT_TRAIN: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    Action.INTENT_PUBLISH: frozenset({Role.SRE, Role.ADMIN}),
+    # Customer service sets and revokes a conversation's override while talking to the customer (seed).
+    Action.OVERRIDE_SET: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
 }
 
 

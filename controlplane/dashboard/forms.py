@@ -4,6 +4,7 @@ from django import forms
 
 from controlplane.accounts.roles import Role
 from controlplane.params import codec
+from controlplane.params.schema import TIERS
 
 
 class TemplateCreateForm(forms.Form):
@@ -69,3 +70,44 @@ class NodeCreateForm(forms.Form):
     name = forms.CharField(max_length=64)
     pool = forms.CharField(max_length=64)
     description = forms.CharField(max_length=500, required=False)
+
+
+ALL_POOLS = "__all__"  # not a pool slug: slugs start with a letter or digit
+
+
+class OverrideForm(forms.Form):
+    """A conversation override: the pool is chosen explicitly, "all pools" included, never by default."""
+
+    pool = forms.ChoiceField()
+    conversation = forms.CharField(max_length=128)
+    tier = forms.ChoiceField(required=False)
+    temperature = forms.FloatField(required=False)
+    reason = forms.CharField(max_length=2000)
+    expires_in_minutes = forms.IntegerField(initial=30)
+
+    def __init__(self, *args, pools=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["pool"].choices = [("", "choose…"), (ALL_POOLS, "all pools")] + [(p, p) for p in pools]
+        self.fields["tier"].choices = [("", "none: set a temperature")] + [(t, t) for t in TIERS]
+
+
+class IntentDatasetUploadForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    description = forms.CharField(max_length=500, required=False)
+    file = forms.FileField()
+    format = forms.ChoiceField(
+        choices=[("", "from the file name"), ("csv", "CSV"), ("jsonl", "JSON Lines")], required=False
+    )
+
+
+class IntentTrainForm(forms.Form):
+    epochs = forms.IntegerField(min_value=1, max_value=50, initial=12)
+
+
+class IntentPublishForm(forms.Form):
+    pool = forms.CharField(max_length=64)
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class IntentRevertForm(forms.Form):
+    reason = forms.CharField(max_length=2000)

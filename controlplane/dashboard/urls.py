@@ -3,7 +3,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from controlplane.dashboard.views import accounts, audit, fleet, overview, pools, templates, whitelists
+from controlplane.dashboard.views import (
+    accounts,
+    audit,
+    fleet,
+    intents,
+    operations,
+    overview,
+    pools,
+    templates,
+    whitelists,
+)
 
 app_name = "dashboard"
 urlpatterns = [
@@ -27,6 +37,13 @@ urlpatterns = [
     path("nodes/<slug:name>/", fleet.node_detail, name="node-detail"),
     path("nodes/<slug:name>/command/", fleet.node_command, name="node-command"),
     path("nodes/<slug:name>/token/", fleet.node_token, name="node-token"),
+    path("overrides/", operations.override_list, name="overrides"),
+    path("overrides/<int:pk>/revoke/", operations.override_revoke, name="override-revoke"),
+    path("intents/", intents.intent_overview, name="intents"),
+    path("intents/datasets/<slug:name>/", intents.intent_dataset, name="intent-dataset"),
+    path("intents/datasets/<slug:name>/models/<int:number>/", intents.intent_model, name="intent-model"),
+    path("intents/datasets/<slug:name>/models/<int:number>/publish/", intents.intent_publish, name="intent-publish"),
+    path("intents/pools/<slug:name>/built-in/", intents.intent_builtin, name="intent-builtin"),
     path("audit/", audit.audit_log, name="audit"),
     path("users/", accounts.user_list, name="users"),
     path("users/<str:username>/", accounts.user_update, name="user-update"),

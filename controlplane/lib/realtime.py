@@ -58,6 +58,29 @@ def node_group(node_id: int) -> str:
     return f"node.{node_id}"
 
 
+def intent_models_group() -> str:
+    """Browsers watching intent model training (the intents pages)."""
+    return "intent-models"
+
+
+class IntentModelProgress(TypedDict):
+    type: str  # "intent_model.progress": IntentModelEventsConsumer.intent_model_progress
+    model_id: int
+    dataset: str
+    number: int
+    status: str
+    progress: int  # 0-100
+    progress_text: str
+    accuracy: float | None  # held-out accuracy, once succeeded
+
+
+class IntentModelPublished(TypedDict):
+    type: str  # "intent_model.published": to agents_group(pool); the agent consumer's handler fetches the document
+    pool: str
+    model_id: int | None  # None: back to the model built into the agent
+    sha256: str | None
+
+
 class ConfigPush(TypedDict):
     type: str  # "config.push": AgentConsumer.config_push
     version_id: int  # lets the consumer record an ACK without looking the version up
@@ -80,3 +103,10 @@ class NodeUpdated(TypedDict):
 class NodesUpdated(TypedDict):
     type: str  # "nodes.updated": PoolEventsConsumer.nodes_updated; partial entries, merged by browsers
     nodes: list[dict]
+
+
+class PolicyPush(TypedDict):
+    type: str  # "policy.push": AgentConsumer.policy_push forwards `text` as is
+    pool: str
+    hash: str  # sha256 of the bundle's canonical content
+    text: str  # the agent-facing policy bundle, already JSON

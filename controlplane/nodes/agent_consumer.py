@@ -9,7 +9,7 @@ from django.conf import settings
 
 from controlplane.lib import realtime
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher
-from controlplane.nodes.services import agent_sessions
+from controlplane.nodes.services import agent_policy, agent_sessions
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.pushed: dict[str, tuple[int, dict]] = {}
         self.desired_hash = ""
         self.reported_status = None
+        self.model_sha256 = ""
         self.groups_joined = [realtime.agents_group(node.pool.name), realtime.node_group(node.pk)]
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -70,6 +71,10 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             )
             if push is not None:
                 await self.config_push(push)
+            await self._sync_policy(
+                policy_hash=str(content.get("policy_hash", "")),
+                model_sha256=str(content.get("intent_model_sha256", "")),
+            )
         elif kind == "heartbeat" and content.get("status") == self.reported_status and "log_tail" not in content:
             seen_batcher().record(self.node_id)
         elif kind == "heartbeat":
@@ -97,6 +102,13 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 version=content.get("version"),
                 error=str(content.get("error", "")),
             )
+        elif kind == "intent_model_result":
+            if content.get("error"):
+                log.error(
+                    "node %s refused intent model %s: %s", self.node_name, content.get("sha256"), content["error"]
+                )
+            else:
+                self.model_sha256 = str(content.get("sha256", ""))
         elif kind == "command_progress":
             await database_sync_to_async(agent_sessions.node_command_progress)(
                 node_id=self.node_id,
@@ -112,6 +124,27 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.pushed[event["hash"]] = (event["version_id"], event["version"])
         self.desired_hash = event["hash"]
         await self.send(text_data=event["text"])
+
+    async def policy_push(self, event):
+        await self.send(text_data=event["text"])
+
+    async def intent_model_published(self, event):
+        wanted = event["sha256"] or agent_policy.builtin_intent_model_sha256()
+        if wanted != self.model_sha256:
+            text = await database_sync_to_async(agent_policy.intent_model_text)(
+                model_id=event["model_id"], sha256=event["sha256"]
+            )
+            await self.send(text_data=text)
+
+    async def _sync_policy(self, *, policy_hash: str, model_sha256: str) -> None:
+        """After hello: send the bundle and the intent model unless the agent already has them."""
+        self.model_sha256 = model_sha256
+        text, current_hash, model_ref = await database_sync_to_async(agent_policy.policy_text)(pool_name=self.pool_name)
+        if current_hash != policy_hash:
+            await self.send(text_data=text)
+        await self.intent_model_published(
+            {"model_id": model_ref["id"] if model_ref else None, "sha256": model_ref["sha256"] if model_ref else None}
+        )
 
     async def node_command(self, event):
         await self.send_json({"type": "command", "id": event["id"], "op": event["op"]})

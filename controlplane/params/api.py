@@ -14,8 +14,10 @@ from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.parsers import JSONParser
 from controlplane.lib.serializers import optional_int, validated
+from controlplane.nodes.models import Pool
 from controlplane.params import codec, schema, selectors, serializers
 from controlplane.params.exceptions import DocumentInvalid
+from controlplane.params.explain import version_explain
 from controlplane.params.models import ParameterTemplate, Whitelist
 from controlplane.params.services import templates as template_services
 from controlplane.params.services import whitelists as whitelist_services
@@ -125,6 +127,24 @@ class TemplateVersionDetail(APIView):
     def get(self, request, name, number):
         version = selectors.template_version_get(template=selectors.template_get(name=name), number=number)
         return Response(serializers.VersionDetailSerializer(version).data)
+
+
+class TemplateVersionExplain(APIView):
+    """What a gateway would decide for a message under this version: intent, regex hits, tier, max_tokens, queue."""
+
+    required_action = Action.VIEW
+
+    @extend_schema(request=serializers.ExplainSerializer)
+    def post(self, request, name, number):
+        version = selectors.template_version_get(template=selectors.template_get(name=name), number=number)
+        data = validated(serializers.ExplainSerializer, request.data)
+        pool = None
+        if data.get("pool"):
+            pool = Pool.objects.filter(name=data["pool"]).first()
+            if pool is None:
+                raise InvalidField("pool", f"no pool named {data['pool']!r}")
+        body = {key: data[key] for key in ("message", "business_tag", "conversation_id", "max_tokens") if key in data}
+        return Response(version_explain(version=version, body=body, pool=pool))
 
 
 class TemplateVersionExport(APIView):

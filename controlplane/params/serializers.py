@@ -83,6 +83,14 @@ class ValidateSerializer(StrictSerializer):
         return attrs
 
 
+class ExplainSerializer(StrictSerializer):
+    message = serializers.CharField(max_length=20000, trim_whitespace=False)
+    business_tag = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    conversation_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    pool = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+
 class FieldChangeSerializer(serializers.Serializer):
     path = serializers.CharField()
     old = serializers.JSONField()

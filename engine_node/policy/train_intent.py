@@ -47,8 +47,17 @@ SPLITS: dict[str, Callable[[list[Example]], tuple[list[Example], list[Example]]]
 }
 
 
-def train(examples: list[Example], *, epochs: int = EPOCHS, seed: int = TRAIN_SEED) -> IntentClassifier:
-    """Multinomial logistic regression by seeded SGD over hashed features, with a decaying learning rate."""
+def train(
+    examples: list[Example],
+    *,
+    epochs: int = EPOCHS,
+    seed: int = TRAIN_SEED,
+    on_epoch: Callable[[int], None] | None = None,
+) -> IntentClassifier:
+    """Multinomial logistic regression by seeded SGD over hashed features, with a decaying learning rate.
+
+    `on_epoch(n)` is called after each finished epoch (1-based), so a caller can report progress.
+    """
     index = {label: i for i, label in enumerate(LABELS)}
     rows = [(features(example.text), index[example.label]) for example in examples]
     n_labels = len(LABELS)
@@ -72,17 +81,26 @@ def train(examples: list[Example], *, epochs: int = EPOCHS, seed: int = TRAIN_SE
             for bucket, value in feats.items():
                 row = weights.setdefault(bucket, [0.0] * n_labels)
                 weights[bucket] = [w - rate * (value * g + L2 * w) for w, g in zip(row, gradient, strict=True)]
+        if on_epoch is not None:
+            on_epoch(epoch + 1)
     return IntentClassifier(labels=list(LABELS), bias=bias, weights={k: tuple(v) for k, v in weights.items()})
 
 
-def fit_temperature(train_set: list[Example]) -> float:
+def fit_temperature(
+    train_set: list[Example],
+    *,
+    split: Callable[..., tuple[list[Example], list[Example]]] = split_by_template,
+    epochs: int = EPOCHS,
+    on_epoch: Callable[[int], None] | None = None,
+) -> float:
     """The softmax temperature that minimises log loss on templates held out from a model trained on the rest.
 
     Fitted on unseen templates because on seen ones the model is near-certain, which would teach it overconfidence;
-    fitted inside the training set so the reported held-out figures stay untouched.
+    fitted inside the training set so the reported held-out figures stay untouched. Data without templates passes
+    `split=split_random`.
     """
-    inner_train, inner_held_out = split_by_template(train_set, seed=TRAIN_SEED)
-    model = train(inner_train)
+    inner_train, inner_held_out = split(train_set, seed=TRAIN_SEED)
+    model = train(inner_train, epochs=epochs, on_epoch=on_epoch)
     index = {label: i for i, label in enumerate(model.labels)}
     scored = [(model.scores(example.text), index[example.label]) for example in inner_held_out]
 
@@ -130,8 +148,16 @@ def latency_us(model: IntentClassifier, texts: list[str]) -> tuple[float, float]
     return statistics.median(timings), timings[min(len(timings) - 1, int(len(timings) * 0.99))]
 
 
-def write_model(model: IntentClassifier, path: Path, *, split: str, n_train: int, accuracy: float) -> str:
-    """Writes the portable JSON model with its own sha256 and the dataset's; returns the model sha256."""
+def model_document(
+    model: IntentClassifier,
+    *,
+    split: str,
+    n_train: int,
+    accuracy: float,
+    training_set_sha256: str,
+    epochs: int = EPOCHS,
+) -> dict:
+    """The portable JSON model IntentClassifier.load reads: the body plus its own `sha256`."""
     body = {
         "format": MODEL_FORMAT,
         "n_buckets": N_BUCKETS,
@@ -139,16 +165,23 @@ def write_model(model: IntentClassifier, path: Path, *, split: str, n_train: int
         "bias": [round(b, 6) for b in model.bias],
         "temperature": model.temperature,
         "weights": encode_weights({k: list(v) for k, v in model.weights.items()}, len(model.labels)),
-        "training_set_sha256": dataset_sha256(DATASET_PATH),
+        "training_set_sha256": training_set_sha256,
         "split": split,
         "n_train": n_train,
         "held_out_accuracy": round(accuracy, 4),
-        "epochs": EPOCHS,
+        "epochs": epochs,
         "seed": TRAIN_SEED,
     }
-    digest = payload_sha256(body)
-    path.write_text(json.dumps({**body, "sha256": digest}, indent=1) + "\n", encoding="utf-8")
-    return digest
+    return {**body, "sha256": payload_sha256(body)}
+
+
+def write_model(model: IntentClassifier, path: Path, *, split: str, n_train: int, accuracy: float) -> str:
+    """Writes the model trained on the checked-in dataset, naming the dataset file's sha256; returns the model's."""
+    document = model_document(
+        model, split=split, n_train=n_train, accuracy=accuracy, training_set_sha256=dataset_sha256(DATASET_PATH)
+    )
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    return document["sha256"]
 
 
 def report(name: str, result: dict) -> None:

@@ -1,5 +1,6 @@
 """Every REST endpoint × every role (and anonymous): allowed calls succeed, forbidden ones change nothing."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -10,7 +11,10 @@ from rest_framework.test import APIClient
 from controlplane import api_urls
 from controlplane.accounts.roles import Role
 from controlplane.audit.models import AuditEntry
+from controlplane.operations.models import ConversationOverride
 from tests.conftest import PASSWORD
+from tests.datasets.data import as_csv, easy_rows
+from tests.datasets.factories import easy_dataset, train_now
 from tests.helpers import state_snapshot
 
 ANONYMOUS = None
@@ -29,7 +33,7 @@ class Call:
     method: str
     allowed: frozenset
     status: int
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict | Callable[[], dict] = field(default_factory=dict)  # a callable looks up ids made by `world`
     data: object = None  # query parameters for GET, the body otherwise; a callable builds a fresh one
     multipart: bool = False
     writes: bool = False  # an allowed call appends exactly one audit entry
@@ -45,6 +49,7 @@ def import_upload() -> dict:
 
 
 CHAT = {"name": "chat"}
+SHOP = {"name": "shop"}  # the intent dataset `intent_world` adds
 MATRIX: tuple[Call, ...] = (
     Call("token-issue", "POST", PUBLIC, 201, data={"username": "oncall", "password": PASSWORD}, writes=True),
     Call("me", "GET", EVERY_ROLE, 200),
@@ -71,6 +76,14 @@ MATRIX: tuple[Call, ...] = (
     Call("template-import", "POST", WRITERS, 201, CHAT, import_upload, multipart=True, writes=True),
     Call("template-diff", "GET", EVERY_ROLE, 200, CHAT, {"from": 1, "to": 2}),
     Call("template-version-detail", "GET", EVERY_ROLE, 200, {"name": "chat", "number": 1}),
+    Call(
+        "template-version-explain",
+        "POST",
+        EVERY_ROLE,
+        200,
+        {"name": "chat", "number": 1},
+        data={"message": "我付了¥299.00怎么还显示未支付"},
+    ),
     Call("template-version-export", "GET", EVERY_ROLE, 200, {"name": "chat", "number": 1}, {"format": "json"}),
     Call("whitelist-list", "GET", EVERY_ROLE, 200),
     Call("whitelist-list", "POST", WRITERS, 201, data={"name": "vip", "scenarios": ["vip"]}, writes=True),
@@ -112,10 +125,62 @@ MATRIX: tuple[Call, ...] = (
     Call(
         "node-command-list", "POST", OPERATORS, 201, {"name": "gpu-1"}, {"op": "drain", "reason": "maint"}, writes=True
     ),
+    Call("override-list", "GET", EVERY_ROLE, 200, data={"pool": "staging"}),
+    Call(
+        "override-list",
+        "POST",
+        WRITERS,
+        201,
+        data={"pool": "staging", "conversation": "conv-2", "tier": "strict", "reason": "refund dispute"},
+        writes=True,
+    ),
+    Call(
+        "override-revoke",
+        "POST",
+        WRITERS,
+        200,
+        lambda: {"pk": ConversationOverride.objects.get(conversation_id="conv-1").pk},
+        {"reason": "resolved"},
+        writes=True,
+    ),
+    Call("intent-dataset-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "intent-dataset-list",
+        "POST",
+        WRITERS,
+        201,
+        data=lambda: {"name": "fresh", "format": "csv", "content": as_csv(easy_rows(2)).decode()},
+        writes=True,
+    ),
+    Call("intent-dataset-detail", "GET", EVERY_ROLE, 200, SHOP),
+    Call("intent-model-list", "GET", EVERY_ROLE, 200, SHOP),
+    Call("intent-model-list", "POST", WRITERS, 201, SHOP, {"epochs": 1}, writes=True),
+    Call("intent-model-detail", "GET", EVERY_ROLE, 200, {"name": "shop", "number": 1}),
+    Call("intent-release-list", "GET", EVERY_ROLE, 200, data={"pool": "staging"}),
+    Call(
+        "intent-release-list",
+        "POST",
+        OPERATORS,
+        201,
+        data={"pool": "staging", "dataset": "shop", "number": 1, "reason": "better on refunds"},
+        writes=True,
+    ),
     # The API description is for signed-in users only, like every other page (SERVE_PERMISSIONS).
     Call("schema", "GET", EVERY_ROLE, 200),
     Call("docs", "GET", EVERY_ROLE, 200),
 )
+
+
+@pytest.fixture(autouse=True)
+def intent_world(request):
+    """For the intent rows only (a training run costs a moment): dataset `shop` and its trained model #1."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith("intent-"):
+        return
+    request.getfixturevalue("world")
+    agent = request.getfixturevalue("users")["agent"]
+    train_now(agent, easy_dataset(agent, "shop", templates_per_label=2), epochs=1)
 
 
 def implemented_methods(pattern) -> set[str]:
@@ -131,7 +196,7 @@ def test_every_endpoint_and_method_has_a_row():
 
 
 def send(client, call: Call):
-    url = reverse(f"api:{call.name}", kwargs=call.kwargs)
+    url = reverse(f"api:{call.name}", kwargs=call.kwargs() if callable(call.kwargs) else call.kwargs)
     data = call.data() if callable(call.data) else call.data
     if call.method == "GET":
         return client.get(url, data)
@@ -161,6 +226,7 @@ def test_matrix(world, api_for, call, role):
 def test_methods_without_a_handler_are_refused_even_for_admins(world, api_for, pattern):
     missing = {"GET", "POST", "PUT", "PATCH", "DELETE"} - implemented_methods(pattern)
     kwargs = next(c.kwargs for c in MATRIX if c.name == pattern.name)
+    kwargs = kwargs() if callable(kwargs) else kwargs
     url = reverse(f"api:{pattern.name}", kwargs=kwargs)
     before = state_snapshot()
     for method in sorted(missing):
@@ -175,7 +241,7 @@ def test_me_lists_the_actions_of_each_role(api_for):
         return set(api_for(role).get(reverse("api:me")).json()["allowed_actions"])
 
     assert allowed(Role.ONCALL) == {"view", "alert.respond"}
-    assert allowed(Role.AGENT) == {"view", "template.write", "whitelist.write"}
+    assert allowed(Role.AGENT) == {"view", "template.write", "whitelist.write", "override.set", "intent.train"}
     assert {"pool.publish", "pool.production_override"} <= allowed(Role.SRE)
     assert "user.manage" not in allowed(Role.SRE)
     assert "user.manage" in allowed(Role.ADMIN)

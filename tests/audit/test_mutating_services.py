@@ -12,12 +12,16 @@ import controlplane
 from controlplane.accounts import services as accounts
 from controlplane.audit.models import AuditEntry
 from controlplane.audit.services import MUTATING_SERVICES
+from controlplane.datasets.services import datasets, releases, training
 from controlplane.lib.request_id import bind_request_id
 from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services import engine_nodes
 from controlplane.nodes.services import pools as nodes
+from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
 from tests.conftest import PASSWORD
+from tests.datasets.data import as_csv, easy_rows
+from tests.datasets.factories import easy_dataset, train_now
 from tests.factories import legal_whitelist, pools, template_with_versions
 
 
@@ -59,7 +63,81 @@ def _with_node_then(call):
     return run
 
 
+def _with_override_then(call):
+    """Set an override of conversation conv-1 on staging, then run the call on it."""
+
+    def run(world):
+        override = operations.override_set(
+            actor=world["agent"], pool=world["staging"], conversation="conv-1", tier="strict", reason="refund dispute"
+        )
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, override)
+
+    return run
+
+
+def _with_intent_model_then(call):
+    """Upload dataset `easy` and train its model #1 (above the default floor), then run the call on it."""
+
+    def run(world):
+        model = train_now(world["agent"], easy_dataset(world["agent"], templates_per_label=2), epochs=1)
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, model)
+
+    return run
+
+
+def _publish_then_unpublish(world, model):
+    releases.intent_model_publish(actor=world["sre"], pool=world["prod"], intent_model=model, reason="go")
+    world["baseline"] = AuditEntry.objects.count()
+    return releases.intent_model_unpublish(actor=world["admin"], pool=world["prod"], reason="regression")
+
+
 CASES: dict[str, Case] = {
+    "controlplane.datasets.services.datasets.intent_dataset_create": Case(
+        "intent_dataset.create",
+        "agent",
+        "",
+        lambda w: datasets.intent_dataset_create(
+            actor=w["agent"], name="shop", content=as_csv(easy_rows(2)), fmt="csv"
+        ),
+    ),
+    "controlplane.datasets.services.training.intent_model_create": Case(
+        "intent_model.create",
+        "sre",
+        "",
+        _with_intent_model_then(lambda w, m: training.intent_model_create(actor=w["sre"], dataset=m.dataset)),
+    ),
+    "controlplane.datasets.services.releases.intent_model_publish": Case(
+        "intent_model.publish",
+        "sre",
+        "better on refunds",
+        _with_intent_model_then(
+            lambda w, m: releases.intent_model_publish(
+                actor=w["sre"], pool=w["staging"], intent_model=m, reason="better on refunds"
+            )
+        ),
+    ),
+    "controlplane.datasets.services.releases.intent_model_unpublish": Case(
+        "intent_model.unpublish",
+        "admin",
+        "regression",
+        _with_intent_model_then(_publish_then_unpublish),
+    ),
+    "controlplane.operations.services.override_set": Case(
+        "override.set",
+        "agent",
+        "customer disputes a refund",
+        lambda w: operations.override_set(
+            actor=w["agent"], pool=None, conversation="conv-9", temperature=0.1, reason="customer disputes a refund"
+        ),
+    ),
+    "controlplane.operations.services.override_revoke": Case(
+        "override.revoke",
+        "sre",
+        "resolved",
+        _with_override_then(lambda w, o: operations.override_revoke(actor=w["sre"], override=o, reason="resolved")),
+    ),
     "controlplane.nodes.services.engine_nodes.node_create": Case(
         "node.create",
         "sre",

@@ -1,14 +1,19 @@
 """Every dashboard page for every role: who may read it, who may post to it, and that refusals change nothing."""
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
 from controlplane.accounts.roles import Role
 from controlplane.audit.models import AuditEntry
+from controlplane.datasets.services.releases import intent_model_publish
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services.pools import pool_publish
+from controlplane.operations.services import override_set
 from controlplane.params.services.templates import template_version_create
+from tests.datasets.data import as_csv, easy_rows
+from tests.datasets.factories import easy_dataset, train_now
 from tests.factories import legal_whitelist, pools, template_with_versions
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +31,11 @@ def world(users):
     staging, prod = pools(sre)
     pool_publish(actor=sre, pool=staging, version=versions[0], reason="first")
     pool_publish(actor=sre, pool=staging, version=versions[1], reason="second")
-    return {"staging": staging, "prod": prod, "versions": versions}
+    # Intent dataset `shop` with model #1 (trained, above the floor) running on prod-main.
+    model = train_now(sre, easy_dataset(sre, "shop", templates_per_label=2), epochs=1)
+    intent_model_publish(actor=sre, pool=prod, intent_model=model, reason="first model")
+    override = override_set(actor=sre, pool=None, conversation="conv-1", tier="strict", reason="refund dispute")
+    return {"staging": staging, "prod": prod, "versions": versions, "override": override}
 
 
 def client_for(user) -> Client:
@@ -48,6 +57,10 @@ PAGES = [
     ("dashboard:pools", {}, ALL),
     ("dashboard:pool-detail", {"name": "staging"}, ALL),
     ("dashboard:pool-rollback", {"name": "staging"}, OPERATORS),
+    ("dashboard:overrides", {}, ALL),
+    ("dashboard:intents", {}, ALL),
+    ("dashboard:intent-dataset", {"name": "shop"}, ALL),
+    ("dashboard:intent-model", {"name": "shop", "number": 1}, ALL),
     ("dashboard:audit", {}, ALL),
     ("dashboard:users", {}, {Role.ADMIN}),
 ]
@@ -81,6 +94,22 @@ WRITES = [
     ("dashboard:pools", {}, {"name": "long-context", "description": "x"}, OPERATORS),
     ("dashboard:pool-publish", {"name": "prod-main"}, {"version": "chat:2", "reason": "ok"}, OPERATORS),
     ("dashboard:pool-rollback", {"name": "staging"}, {"version": "chat:1", "reason": "regression"}, OPERATORS),
+    (
+        "dashboard:overrides",
+        {},
+        {"pool": "staging", "conversation": "conv-2", "tier": "normal", "reason": "tone", "expires_in_minutes": 30},
+        WRITERS,
+    ),
+    ("dashboard:override-revoke", {"pk": 0}, {"reason": "resolved"}, WRITERS),
+    (
+        "dashboard:intents",
+        {},
+        lambda: {"name": "uploaded", "file": SimpleUploadedFile("rows.csv", as_csv(easy_rows(2)))},
+        WRITERS,
+    ),
+    ("dashboard:intent-dataset", {"name": "shop"}, {"epochs": 1}, WRITERS),
+    ("dashboard:intent-publish", {"name": "shop", "number": 1}, {"pool": "staging", "reason": "better"}, OPERATORS),
+    ("dashboard:intent-builtin", {"name": "prod-main"}, {"reason": "regression"}, OPERATORS),
     ("dashboard:users", {}, {"username": "newbie", "password": "long-enough-pass", "role": "oncall"}, {Role.ADMIN}),
     ("dashboard:user-update", {"name": "x"}, {"role": "sre", "is_active": "on"}, {Role.ADMIN}),
 ]
@@ -91,7 +120,10 @@ WRITES = [
 def test_page_writes(world, users, role, name, kwargs, data, allowed):
     if name == "dashboard:user-update":
         kwargs = {"username": Role.ONCALL}
+    if name == "dashboard:override-revoke":
+        kwargs = {"pk": world["override"].pk}
     before = AuditEntry.objects.count()
+    data = data() if callable(data) else data  # a fresh upload each time: a file is read once
     response = client_for(users[role]).post(reverse(name, kwargs=kwargs), data)
     if role in allowed:
         assert response.status_code == 302, response.content[:500]

@@ -79,3 +79,38 @@ def test_fresh_start_serves_the_seeded_dashboard_and_api(embedded_server):
     assert export == (ROOT / "controlplane/params/fixtures/seed_inference_params.yaml").read_bytes()
     pools = json.loads(get("/api/v1/pools/"))
     assert {p["name"]: p["is_production"] for p in pools["results"]} == {"prod-main": True, "staging": False}
+
+
+def test_training_an_intent_model_runs_beside_the_server_without_blocking_the_request(embedded_server):
+    """Eager Celery in embedded mode: the training request returns at once and the model trains in the background."""
+    base, _ = embedded_server
+    token_request = urllib.request.Request(
+        f"{base}/api/v1/auth/token/",
+        data=json.dumps({"username": "agent", "password": "agent-demo-pass"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    token = json.loads(urllib.request.urlopen(token_request).read())["token"]
+
+    def call(path: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"{base}{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        )
+        return json.loads(urllib.request.urlopen(request, timeout=30).read())
+
+    seeded = call("/api/v1/intent-datasets/shop-intents/")
+    assert (seeded["row_count"], seeded["duplicates_removed"], seeded["has_templates"]) == (13_448, 52, True)
+    # Two epochs over 13,448 messages, and as many for calibration, take seconds; the request must not wait.
+    started = time.monotonic()
+    queued = call("/api/v1/intent-datasets/shop-intents/models/", {"epochs": 2})
+    assert time.monotonic() - started < 3
+    assert queued["status"] in ("queued", "training")
+    deadline = time.monotonic() + 180
+    detail = queued
+    while detail["status"] not in ("succeeded", "failed") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        detail = call(f"/api/v1/intent-datasets/shop-intents/models/{queued['number']}/")
+    assert detail["status"] == "succeeded", detail["error"]
+    assert detail["evaluation"]["split"] == "template"
+    assert detail["evaluation"]["held_out"] == 2660

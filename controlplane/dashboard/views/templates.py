@@ -9,6 +9,7 @@ from controlplane.accounts.roles import Action
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.lib.errors import DomainError
+from controlplane.nodes.models import Pool
 from controlplane.params import codec, schema, selectors
 from controlplane.params.diff import needs_restart
 from controlplane.params.exceptions import DocumentInvalid, StaleBaseVersion
@@ -53,7 +54,13 @@ def version_detail(request, name, number):
     return render(
         request,
         "params/version_detail.html",
-        {"template": template, "version": version, "rows": rows, "yaml_text": yaml_text},
+        {
+            "template": template,
+            "version": version,
+            "rows": rows,
+            "yaml_text": yaml_text,
+            "pools": Pool.objects.order_by("name"),
+        },
     )
 
 

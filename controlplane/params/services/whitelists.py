@@ -45,6 +45,7 @@ def whitelist_create(*, actor, name: str, scenarios: list, description: str = ""
         audit_record(
             actor=actor, action="whitelist.create", target=whitelist, after={"scenarios": scenarios}, reason=comment
         )
+        transaction.on_commit(_push_policy_to_every_pool)
     return whitelist
 
 
@@ -80,9 +81,17 @@ def whitelist_version_create(
             after={"scenarios": scenarios},
             reason=comment,
         )
+        transaction.on_commit(_push_policy_to_every_pool)
     whitelist.latest_number = locked.latest_number
     return version
 
 
 def _scenarios(whitelist: Whitelist) -> list[str]:
     return whitelist.versions.get(number=whitelist.latest_number).scenarios
+
+
+def _push_policy_to_every_pool() -> None:
+    """Every pool's gateways read the scenario lists from the policy bundle."""
+    from controlplane.operations.policy_bundle import push_policy  # here: operations builds on params
+
+    push_policy(None)

@@ -8,11 +8,14 @@ from django.db import transaction
 from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
 from controlplane.accounts.services import user_create
+from controlplane.datasets.models import IntentDataset
+from controlplane.datasets.services.datasets import intent_dataset_create
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist
 from controlplane.params.services.templates import template_create, template_import
 from controlplane.params.services.whitelists import whitelist_create
+from engine_node.policy.dataset import DATASET_PATH as INTENTS_JSONL
 
 SEED_YAML = Path(__file__).resolve().parents[3] / "params" / "fixtures" / "seed_inference_params.yaml"
 DEMO_PASSWORD_SUFFIX = "-demo-pass"
@@ -56,6 +59,14 @@ class Command(BaseCommand):
                 pool = Pool.objects.get(name=name)
                 if pool.desired_version_id is None:
                     pool_publish(actor=admin, pool=pool, version=version, reason="seed: baseline from the manual")
+            if not IntentDataset.objects.filter(name="shop-intents").exists():
+                intent_dataset_create(
+                    actor=admin,
+                    name="shop-intents",
+                    description="The labelled messages the built-in intent model was trained on.",
+                    content=INTENTS_JSONL.read_bytes(),
+                    fmt="jsonl",
+                )
         self.stdout.write("Demo logins (user / password):")
         for role in Role.values:
             self.stdout.write(f"  {role:<7} {role} / {role}{DEMO_PASSWORD_SUFFIX}")

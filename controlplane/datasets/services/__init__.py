@@ -1,0 +1,1 @@
+"""Every write to intent datasets, models and releases."""

@@ -1,0 +1,102 @@
+"""The policy bundle: runtime state a pool's gateways need beside the template, pushed to its agents.
+
+The bundle carries what is not part of a template version: the scenario lists of every whitelist,
+the conversation overrides in effect, the pool's degradation state and its published intent model.
+Each section is built by its own function of the pool, so a new source (a degradation model) replaces
+one function and nothing else.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterable
+
+from django.apps import apps
+from django.db.models import F
+
+from controlplane.lib import realtime
+from controlplane.nodes.models import Pool
+from controlplane.operations.models import ConversationOverride
+from controlplane.operations.selectors import active_overrides
+from controlplane.params.models import WhitelistVersion
+
+
+def policy_bundle(pool: Pool, *, whitelists: dict[str, list[str]] | None = None, now=None) -> dict:
+    """`{"type": "policy", "hash", "content"}` for one pool; `hash` is the sha256 of the canonical content."""
+    content = {
+        "pool": pool.name,
+        "whitelists": whitelists_section() if whitelists is None else whitelists,
+        "overrides": overrides_section(pool, now=now),
+        "degradation": degradation_section(pool),
+        "intent_model": intent_model_section(pool),
+    }
+    return {"type": "policy", "hash": content_hash(content), "content": content}
+
+
+def content_hash(content: dict) -> str:
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def whitelists_section() -> dict[str, list[str]]:
+    """The latest scenario list of every whitelist, by name."""
+    latest = WhitelistVersion.objects.filter(number=F("whitelist__latest_number")).select_related("whitelist")
+    return {v.whitelist.name: list(v.scenarios) for v in sorted(latest, key=lambda v: v.whitelist.name)}
+
+
+def overrides_section(pool: Pool, *, now=None) -> list[dict]:
+    """Overrides in effect on the pool, one per conversation, by conversation id.
+
+    A conversation can hold a pool override and an all-pools override at once; the one set last wins,
+    as a replacement within one scope does.
+    """
+    newest: dict[str, ConversationOverride] = {}
+    for override in active_overrides(pool, now=now).order_by("created_at", "id"):
+        newest[override.conversation_id] = override
+    return [
+        {
+            "conversation": o.conversation_id,
+            "tier": o.tier,
+            "temperature": o.temperature,
+            "reason": o.reason,
+            "set_by": o.created_by.get_username(),
+            "expires_at": o.expires_at.timestamp(),
+        }
+        for _, o in sorted(newest.items())
+    ]
+
+
+def degradation_section(pool: Pool) -> dict:
+    """Whether the pool runs degraded; no pool can be put in degradation yet, so it is always off."""
+    return {"active": False, "reason": "", "since": None}
+
+
+def intent_model_section(pool: Pool) -> dict | None:
+    """The intent model published to the pool, by id and sha256, or None where the datasets app has none."""
+    # Imported here, and only when installed: the bundle must build in a deployment without the datasets app.
+    if not apps.is_installed("controlplane.datasets"):
+        return None
+    try:
+        from controlplane.datasets.selectors import active_intent_model
+    except ImportError:
+        return None
+    model = active_intent_model(pool=pool)
+    return None if model is None else {"id": model.id, "sha256": model.sha256}
+
+
+def policy_message(pool: Pool, *, whitelists: dict[str, list[str]] | None = None) -> realtime.PolicyPush:
+    """The `policy.push` event for the pool's agents; `text` is the bundle as JSON, encoded once for all agents."""
+    bundle = policy_bundle(pool, whitelists=whitelists)
+    return {
+        "type": "policy.push",
+        "pool": pool.name,
+        "hash": bundle["hash"],
+        "text": json.dumps(bundle, ensure_ascii=False),
+    }
+
+
+def push_policy(pools: Iterable[Pool] | None) -> None:
+    """Send each pool's current bundle to its agents' group; None means every pool (a whitelist changed)."""
+    pools = Pool.objects.all() if pools is None else pools
+    whitelists = whitelists_section()
+    for pool in pools:
+        realtime.send([realtime.agents_group(pool.name)], policy_message(pool, whitelists=whitelists))
