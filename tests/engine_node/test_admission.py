@@ -408,3 +408,27 @@ def test_metrics_after_a_scripted_sequence():
         assert gate.in_flight == 0 and gate.waiting == 0
 
     run(scenario)
+
+
+def test_the_engine_capacity_bounds_requests_in_flight():
+    async def scenario():
+        gate = Admission(5)
+
+        def limits():
+            snapshot = gate.snapshot()
+            return snapshot["max_in_flight"], snapshot["long_max_in_flight"]
+
+        assert limits() == (32, 4)  # 4 x max_size 8, 2 x long_context_max_size 2
+        gate.set_engine_capacity(3)
+        assert limits() == (3, 2)
+        hold = asyncio.Event()
+        entered: list = []
+        tasks = [request(gate, hold=hold, entered=entered, name=i) for i in range(5)]
+        await asyncio.sleep(0.2)
+        assert len(entered) == 3 and gate.waiting == 2
+        hold.set()
+        await asyncio.gather(*tasks)
+        gate.set_engine_capacity(None)
+        assert limits() == (32, 4)
+
+    run(scenario)
