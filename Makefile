@@ -51,6 +51,8 @@ test: install-dev system-packages vllm-env lint
 bench: install-dev
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/rollout_fanout.py
+	$(BIN)/python bench/metrics_freshness.py
+	$(BIN)/python bench/alert_evaluation.py
 	$(BIN)/python bench/gateway.py
 
 clean:

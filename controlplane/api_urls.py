@@ -4,8 +4,10 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.accounts import api as accounts
+from controlplane.alerts import api as alerts
 from controlplane.audit import api as audit
 from controlplane.datasets import api as datasets
+from controlplane.metrics import api as metrics
 from controlplane.nodes import api as nodes
 from controlplane.nodes import node_api as engine_nodes
 from controlplane.operations import api as operations
@@ -48,6 +50,7 @@ urlpatterns = [
     path("pools/<slug:name>/rollback/", nodes.PoolRollback.as_view(), name="pool-rollback"),
     path("pools/<slug:name>/rollback-preview/", nodes.PoolRollbackPreview.as_view(), name="pool-rollback-preview"),
     path("pools/<slug:name>/rollout/", engine_nodes.PoolRollout.as_view(), name="pool-rollout"),
+    path("pools/<slug:name>/cleanup/", engine_nodes.PoolCleanup.as_view(), name="pool-cleanup"),
     path("nodes/", engine_nodes.NodeList.as_view(), name="node-list"),
     path("nodes/<slug:name>/", engine_nodes.NodeDetail.as_view(), name="node-detail"),
     path("nodes/<slug:name>/token/", engine_nodes.NodeTokenRotate.as_view(), name="node-token-rotate"),
@@ -64,6 +67,25 @@ urlpatterns = [
         name="intent-model-detail",
     ),
     path("intent-releases/", datasets.IntentModelReleaseList.as_view(), name="intent-release-list"),
+    path("warmup-datasets/", datasets.WarmupDatasetList.as_view(), name="warmup-dataset-list"),
+    path("warmup-datasets/<slug:name>/", datasets.WarmupDatasetDetail.as_view(), name="warmup-dataset-detail"),
+    path("warmup-datasets/<slug:name>/versions/", datasets.WarmupVersionList.as_view(), name="warmup-version-list"),
+    path(
+        "warmup-datasets/<slug:name>/versions/<int:number>/",
+        datasets.WarmupVersionDetail.as_view(),
+        name="warmup-version-detail",
+    ),
+    path("warmup-assignments/", datasets.PoolWarmupList.as_view(), name="warmup-assignment-list"),
+    path("metrics/<slug:scope>/<slug:name>/", metrics.MetricHistory.as_view(), name="metric-history"),
+    path("alert-rules/", alerts.AlertRuleList.as_view(), name="alert-rule-list"),
+    path("alert-rules/<slug:name>/", alerts.AlertRuleDetail.as_view(), name="alert-rule-detail"),
+    path("alert-rules/<slug:name>/versions/", alerts.AlertRuleVersionList.as_view(), name="alert-rule-version-list"),
+    path("alerts/", alerts.AlertList.as_view(), name="alert-list"),
+    path("incidents/", alerts.IncidentList.as_view(), name="incident-list"),
+    path("incidents/<int:pk>/", alerts.IncidentDetail.as_view(), name="incident-detail"),
+    path("incidents/<int:pk>/ack/", alerts.IncidentAcknowledge.as_view(), name="incident-ack"),
+    path("silences/", alerts.SilenceList.as_view(), name="silence-list"),
+    path("silences/<int:pk>/expire/", alerts.SilenceExpire.as_view(), name="silence-expire"),
     path("audit/", audit.AuditList.as_view(), name="audit-list"),
     path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -8,7 +8,9 @@ from channels.auth import AuthMiddlewareStack
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
+from controlplane.alerts.consumers import AlertEventsConsumer
 from controlplane.datasets.consumers import IntentModelEventsConsumer
+from controlplane.metrics.consumers import MetricsConsumer
 from controlplane.nodes.agent_consumer import AgentConsumer
 from controlplane.nodes.consumers import PoolEventsConsumer
 
@@ -22,4 +24,8 @@ websocket_urlpatterns = [
     path("ws/pools/", for_browsers(PoolEventsConsumer)),
     path("ws/pools/<slug:pool>/", for_browsers(PoolEventsConsumer)),
     path("ws/intent-models/", for_browsers(IntentModelEventsConsumer)),
+    path("ws/alerts/", for_browsers(AlertEventsConsumer)),
+    path("ws/metrics/fleet/", for_browsers(MetricsConsumer)),
+    path("ws/metrics/pools/<slug:pool>/", for_browsers(MetricsConsumer)),
+    path("ws/metrics/nodes/<slug:node>/", for_browsers(MetricsConsumer)),
 ]

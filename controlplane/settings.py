@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "controlplane.nodes",
     "controlplane.datasets",
     "controlplane.operations",
+    "controlplane.metrics",
+    "controlplane.alerts",
     "controlplane.dashboard",
 ]
 
@@ -107,6 +109,12 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Plotly's bundle comes from the pinned `plotly` package (served as vendor/plotly/plotly.min.js), never a CDN.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "controlplane.dashboard.staticfinders.PlotlyFinder",
+]
 # Serve straight from the finders when collectstatic has not run (tests, first start).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -119,7 +127,15 @@ if REDIS_URL:
             "CONFIG": {
                 # A rollout or reconnect storm opens one pooled connection per concurrent group operation;
                 # redis-py fails at once (not waits) when its pool is exhausted.
-                "hosts": [{"address": REDIS_URL, "max_connections": env_int("CHANNELS_REDIS_MAX_CONNECTIONS", 1024)}],
+                # redis-py 8 times reads out after 5 s by default, exactly channels_redis's blocking receive
+                # (BZPOPMIN, 5 s): once the layer is idle for 5 s, a consumer's receive raised and its socket closed.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": env_int("CHANNELS_REDIS_MAX_CONNECTIONS", 1024),
+                        "socket_timeout": 15,
+                    }
+                ],
                 "prefix": env_str("CHANNELS_PREFIX", "cp"),
             },
         }
@@ -133,7 +149,20 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    # Every minute: the minute that just ended becomes one 60 s row per node, pool and the fleet; a missed run is
+    # caught up by the next one.
+    "metrics-roll-up": {"task": "controlplane.metrics.tasks.metrics_roll_up_task", "schedule": 60.0},
+    # Every minute: 1 s rows older than an hour go each minute; deleting more often only makes smaller deletes.
+    "metrics-expire": {"task": "controlplane.metrics.tasks.metrics_expire_task", "schedule": 60.0},
+    # Every 2 s: a rule's `for` is counted in seconds (P99's is 10 s) and node lost must show within its window;
+    # one pass is a handful of queries whatever the fleet's size, and a lease keeps overlapping passes out.
+    "alerts-evaluate": {
+        "task": "controlplane.alerts.tasks.alerts_evaluate",
+        "schedule": float(env_int("ALERT_EVALUATE_EVERY_S", 2)),
+        "options": {"expires": 10},
+    },
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -183,3 +212,15 @@ LOGGING = {
 # Engine-node agents: heartbeat period they are told to use, and silence after which a node counts as lost.
 NODE_HEARTBEAT_S = env_int("NODE_HEARTBEAT_S", 2)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 10)
+
+# Metric history: 1 s rows are kept this long (charts up to an hour), 60 s rows this long (up to a week).
+METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
+METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)
+if METRICS_RAW_RETENTION_S < 120 or METRICS_ROLLUP_RETENTION_S < 3600:
+    raise EnvError("METRICS_RAW_RETENTION_S must be at least 120 and METRICS_ROLLUP_RETENTION_S at least 3600")
+
+# Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
+# scrapes /metrics with, and the address links in notifications and exported rules point at.
+ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL")
+METRICS_API_KEY = env_str("METRICS_API_KEY")
+CONTROLPLANE_EXTERNAL_URL = env_str("CONTROLPLANE_EXTERNAL_URL", "http://127.0.0.1:8000").rstrip("/")

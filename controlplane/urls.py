@@ -1,10 +1,14 @@
-"""Top-level routes: the dashboard, the REST API under /api/v1/, and Django admin."""
+"""Top-level routes: the dashboard, the REST API under /api/v1/, Prometheus's /metrics, and Django admin."""
 
 from django.contrib import admin
 from django.urls import include, path
 
+from controlplane.alerts.exposition import metrics_view
+
 urlpatterns = [
     path("api/v1/", include(("controlplane.api_urls", "api"))),
     path("admin/", admin.site.urls),
+    # Prometheus scrapes this (Bearer METRICS_API_KEY); signed-in users may read it too.
+    path("metrics", metrics_view, name="metrics"),
     path("", include("controlplane.dashboard.urls")),
 ]

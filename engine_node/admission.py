@@ -219,6 +219,8 @@ class Admission:
         self._held_spans: collections.deque[tuple[float, float]] = collections.deque()
         self._rejections = {cls.reason: 0 for cls in (QueueFull, QueueTimeout, GateClosed)}
         self.recent_batches: collections.deque[tuple[str, int]] = collections.deque(maxlen=64)
+        # Called with (queue name, size) for every batch released; the agent's telemetry keeps the window's sizes.
+        self.on_batch = None
         metrics.watch_admission(self)
 
     @property
@@ -489,6 +491,8 @@ class Admission:
         queue.admitted += size
         queue.size_metric.observe(size)
         self.recent_batches.append((queue.name, size))
+        if self.on_batch is not None:
+            self.on_batch(queue.name, size)
 
     def _arm_batch_timer(self, queue: _Queue, loop: asyncio.AbstractEventLoop, now: float, timeout_s: float) -> None:
         deadline = queue.waiters[0].enqueued_at + timeout_s if queue.waiters else None
@@ -525,6 +529,13 @@ class Admission:
             horizon = now - self._window_s
             while self._held_spans and self._held_spans[0][1] <= horizon:
                 self._held_spans.popleft()
+
+    def set_engine_capacity(self, max_num_seqs: int | None) -> None:
+        """Bound the requests in flight by what the engine runs at once (vLLM's --max-num-seqs): more would only
+        wait in vLLM's own queue, out of reach of the long-context share and of the 429/503 limits."""
+        self._max_in_flight = max(2, max_num_seqs) if max_num_seqs else None
+        self._use_params(self._params_source)
+        self._dispatch()
 
     def _use_params(self, section: dict | None) -> BatchParams:
         params = DEFAULT_PARAMS if section is None else BatchParams.from_section(section)

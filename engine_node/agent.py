@@ -7,6 +7,7 @@ last good one.
 """
 
 import asyncio
+import json
 import logging
 import platform
 import re
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from engine_node import __version__, metrics
 from engine_node.admission import Admission
+from engine_node.cleanup import CHECK_PERIOD_S, MemoryCleanup, cleanup_params
 from engine_node.config import ConfigRejected, NodeConfig, content_hash, engine_args
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
@@ -27,10 +29,12 @@ from engine_node.policy.rules import Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings
 from engine_node.state import LastGoodStore, PolicyStore
+from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
 
 log = logging.getLogger("engine_node.agent")
 
 LOG_TAIL_PERIOD_S = 10.0
+SAMPLE_PERIOD_S = 1.0
 
 
 class Agent:
@@ -45,7 +49,9 @@ class Agent:
         self.classifier: IntentClassifier | None = None
         self.engine = EngineProcess(settings, on_state=self._engine_state)
         self.admission = Admission(settings.queue_timeout_s)
+        self.requests = RequestLog(window_s=WINDOW_S)
         self.gateway = Gateway(
+            requests=self.requests,
             engine_url=lambda: self.engine.base_url,
             admission=self.admission,
             status=self.health,
@@ -60,13 +66,35 @@ class Agent:
         )
         self.link: ControlLink | None = None
         self.gpus = gpu_inventory()
+        # Engine restarts since the agent started: planned ones (config, operator, recovery) here, crash restarts
+        # in the engine's own count.
+        self.restarts = 0
+        batches = BatchLog(window_s=WINDOW_S)
+        self.admission.on_batch = batches.observe
+        self.telemetry = Telemetry(
+            requests=self.requests,
+            batches=batches,
+            admission=self.admission,
+            scraper=EngineScraper(lambda: self.engine.base_url, window_s=WINDOW_S),
+            gpu=GpuUtilisation() if self.gpus else None,
+            degraded=lambda: self.gateway.policy.degraded,
+            engine_restarts=lambda: self.restarts + self.engine.crash_restarts,
+        )
+        self._logged_errors: set[str] = set()
         self._runner: web.AppRunner | None = None
         self._apply_lock = asyncio.Lock()
         self._sent_log_tail: list[str] = []
         self._log_sent_at = float("-inf")
         # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
         self._held = False
+        self.memory_cleanup = MemoryCleanup(
+            engine_url=lambda: self.engine.base_url,
+            backend=settings.backend,
+            admission=self.admission,
+            drain_timeout_s=settings.drain_timeout_s,
+        )
         metrics.IN_FLIGHT.set_function(lambda: self.admission.in_flight)
+        metrics.DEGRADED.set_function(lambda: 1 if self.gateway.policy.degraded else 0)
 
     async def run(self) -> None:
         """Serve until cancelled: engine first (last good config), then the gateway, then the control plane."""
@@ -94,6 +122,11 @@ class Agent:
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
         log.info("gateway on http://%s:%s, engine on %s", self.settings.host, self.port, self.engine.base_url)
+        if self.telemetry.gpu is not None:
+            self.telemetry.gpu.start()
+            metrics.watch_gpu(self.telemetry.gpu.value)
+        self._spawn(self._sample_forever())
+        self._spawn(self._cleanup_watch())
         if self.settings.control_plane_url:
             self.link = ControlLink(
                 url=self.settings.control_plane_url,
@@ -104,9 +137,37 @@ class Agent:
             )
 
     async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.telemetry.close()
+        await self.memory_cleanup.close()
         await self.engine.close()
+
+    async def _sample_forever(self) -> None:
+        """Build one metric sample a second; send it only while connected (a missed one is never queued)."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        await self.telemetry.scraper.scrape()  # the baseline of the first sample's counter deltas
+        while True:
+            due += SAMPLE_PERIOD_S
+            now = loop.time()
+            if due < now:  # a slow scrape or send: skip the missed seconds instead of bursting
+                due = now + SAMPLE_PERIOD_S
+            await asyncio.sleep(due - now)
+            try:
+                sample = await self.telemetry.collect()
+                link = self.link
+                if link is not None and link.connected.is_set():
+                    await link.send(sample)
+            except Exception:
+                log.exception("the metric sample failed; next one in a second")
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def hello(self) -> dict:
         return {
@@ -148,6 +209,9 @@ class Agent:
             "in_flight": self.admission.in_flight,
             "engine_pid": self.engine.pid,
             "engine_version": self.engine.version,
+            "sample": self.telemetry.last,
+            "memory": self.memory_cleanup.last_reading,
+            "last_cleanup": self.memory_cleanup.last_result,
         }
 
     async def on_message(self, message: dict) -> None:
@@ -160,6 +224,17 @@ class Agent:
             await self.apply_intent_model(message)
         elif kind == "command":
             await self.command(int(message.get("id", 0)), str(message.get("op", "")))
+        elif kind == "cleanup_denied":
+            self.memory_cleanup.denied(str(message.get("reason", ""))[:200])
+        elif kind == "error":
+            # The control plane could not use something we sent (e.g. a control plane that does not know
+            # "sample" yet answers every one with an error): say so once per distinct error, then quietly.
+            error = str(message.get("error", ""))[:200]
+            if error not in self._logged_errors and len(self._logged_errors) < 100:
+                self._logged_errors.add(error)
+                log.warning("control plane replied with an error: %s", error)
+            else:
+                log.debug("control plane replied with an error: %s", error)
 
     async def apply(self, message: dict) -> None:
         """Apply a pushed config and answer ACK, or NACK with the reason while serving the last good one."""
@@ -230,6 +305,7 @@ class Agent:
 
     def _rebuild_policy(self) -> None:
         params = self.config.content if self.config else None
+        self.admission.set_engine_capacity((params or {}).get("engine", {}).get("max_num_seqs"))
         bundle = self.bundle["content"] if self.bundle else None
         label = self.config.label if self.config else "defaults"
         self.gateway.set_policy(Policy(params, bundle, self.classifier), label)
@@ -258,6 +334,8 @@ class Agent:
                     self.admission.resume()
                     self._set_status("online")
                     await progress("succeeded", result="gate open, serving")
+                elif op == "cleanup":
+                    await self._cleanup(self.memory_cleanup.take_trigger(), progress)
                 elif op == "restart":
                     await progress("running", "draining, then restarting the engine")
                     await self._restart_engine(self.engine.args, reason="operator request")
@@ -268,6 +346,48 @@ class Agent:
                 await progress("failed", result=str(exc))
                 await self._recover()
 
+    async def _cleanup(self, trigger: str, progress) -> None:
+        """Drain, reset the prefix cache, release cached blocks, resume; the caller holds the apply lock."""
+        self._set_status("draining")
+        ok, result = await self.memory_cleanup.run(
+            trigger=trigger,
+            params=cleanup_params(self.config.content if self.config else None),
+            progress=progress,
+            reopen=self._reopen,
+        )
+        await progress("succeeded" if ok else "failed", "", json.dumps(result, separators=(",", ":")))
+
+    async def _cleanup_watch(self) -> None:
+        """Every few seconds: is an automatic cleanup due (fragmentation above the threshold, or the timer)?"""
+        while True:
+            await asyncio.sleep(CHECK_PERIOD_S)
+            try:
+                await self._cleanup_check()
+            except Exception:
+                log.exception("the automatic cleanup check failed")
+
+    async def _cleanup_check(self) -> None:
+        if self.status != "online" or self._held or self._apply_lock.locked():
+            return
+        reading = await self.memory_cleanup.read()
+        params = cleanup_params(self.config.content if self.config else None)
+        trigger = self.memory_cleanup.due(params, reading)
+        if trigger is None:
+            return
+        if self.link is None:
+            # Stand-alone: no pool to share a lease with.
+            async with self._apply_lock:
+
+                async def quiet(state: str, text: str = "", result: str = "") -> None:
+                    return None
+
+                await self._cleanup(trigger, quiet)
+        elif self.link.connected.is_set():
+            # The control plane grants one node of the pool at a time: the grant is a cleanup command.
+            self.memory_cleanup.requested(trigger)
+            fragmentation = reading.get("fragmentation") if reading else None
+            await self.link.send({"type": "cleanup_request", "trigger": trigger, "fragmentation": fragmentation})
+
     async def _restart_engine(self, args: list[str], *, reason: str) -> None:
         """Drain (bounded), restart with `args`, confirm a real request succeeds, reopen the gate."""
         self._set_status("draining")
@@ -275,6 +395,7 @@ class Agent:
         if not done:
             log.warning("drain timed out after %.0fs with %d in flight", waited, self.admission.in_flight)
         self._set_status("restarting")
+        self.restarts += 1
         metrics.ENGINE_RESTARTS.labels(cause="config" if reason.startswith("config") else "operator").inc()
         await self.engine.stop()
         await self.engine.start(args)
@@ -286,6 +407,7 @@ class Agent:
         args = engine_args(self.config, self.settings)
         while True:
             try:
+                self.restarts += 1
                 await self.engine.stop()
                 await self.engine.start(args)
                 break
@@ -307,9 +429,7 @@ class Agent:
             return
         self.status = status
         if self.link is not None and self.link.connected.is_set():
-            task = asyncio.create_task(self.link.send(self.heartbeat()))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._spawn(self.link.send(self.heartbeat()))
 
     def _engine_state(self, state: str) -> None:
         if state == "degraded":

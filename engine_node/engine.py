@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from engine_node.fragmentation import WORKER_EXTENSION, WORKER_EXTENSION_DIR
 from engine_node.settings import AgentSettings
 
 log = logging.getLogger("engine_node.engine")
@@ -67,7 +68,9 @@ class EngineProcess:
     def command(self, args: list[str]) -> list[str]:
         address = ["--host", "127.0.0.1", "--port", str(self.port)]
         if self.settings.backend == "vllm":
-            return [self.settings.engine_python, "-m", "vllm.entrypoints.openai.api_server", *address, *args]
+            # The worker extension measures fragmentation and releases cached blocks (engine_node/fragmentation.py).
+            server = [self.settings.engine_python, "-m", "vllm.entrypoints.openai.api_server"]
+            return [*server, *address, "--worker-extension-cls", WORKER_EXTENSION, *args]
         profile = ["--profile", self.settings.simulator_profile] if self.settings.simulator_profile else []
         return [sys.executable, "-m", "engine_node.simulator", *address, *profile, *args]
 
@@ -75,6 +78,9 @@ class EngineProcess:
         """Spawn with these flags and return once a real request succeeds; raise EngineStartFailed otherwise."""
         self.args = list(args)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        if self.settings.backend == "vllm":
+            # Only the extension's own directory: the vLLM interpreter need not have engine_node installed.
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WORKER_EXTENSION_DIR), env.get("PYTHONPATH")]))
         self._expected_exit = False
         self.log_tail.append(f"[agent] starting {self.settings.backend}: {' '.join(self.command(args))}")
         self._process = await asyncio.create_subprocess_exec(

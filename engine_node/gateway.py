@@ -5,6 +5,7 @@ admitted through the batcher and forwarded; replies cut mid-sentence by the cap 
 (`/v1/models`, `/v1/completions`, ...) is proxied through admission unchanged. The engine listens on 127.0.0.1 only.
 """
 
+import asyncio
 import logging
 import time
 
@@ -26,6 +27,7 @@ from engine_node.sessions import (
     request_summary,
     resume_position,
 )
+from engine_node.telemetry import RequestLog
 
 log = logging.getLogger("engine_node.gateway")
 
@@ -37,10 +39,18 @@ class Gateway:
     """Holds the live policy (hot parameters + bundle + classifier) and forwards admitted requests to the engine."""
 
     def __init__(
-        self, *, engine_url, admission: Admission, status, node_name: str, sessions: StreamSessions | None = None
+        self,
+        *,
+        engine_url,
+        admission: Admission,
+        status,
+        node_name: str,
+        sessions: StreamSessions | None = None,
+        requests: RequestLog | None = None,
     ):
         self._engine_url = engine_url  # a callable: the engine's port changes only across restarts
         self.admission = admission
+        self.requests = requests if requests is not None else RequestLog()  # finished chat requests, for the sample
         self.sessions = sessions if sessions is not None else StreamSessions()
         self._status = status
         self.node_name = node_name
@@ -72,6 +82,7 @@ class Gateway:
     # --- chat completions -------------------------------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
         try:
             chat = openai_api.parse_chat(await read_body(request), request.headers)
         except BadRequest as exc:
@@ -85,48 +96,73 @@ class Gateway:
         try:
             await ticket.__aenter__()
         except AdmissionRejected as exc:
+            self.record(started, "rejected", decision)
             return refused(exc)
         if chat.stream:
             # The admission slot goes with the generation, which may outlive this handler (a dropped client).
-            return await self._stream(request, chat, decision, body, headers, ticket)
+            return await self._stream(request, chat, decision, body, headers, ticket, started)
         try:
             answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
         except completion.UpstreamError as exc:
+            self.record(started, "error" if exc.status >= 500 else "client_error", decision)
             return upstream_refused(exc, headers)
         except aiohttp.ClientError as exc:
+            self.record(started, "error", decision)
             return engine_unreachable(exc)
         finally:
             await ticket.__aexit__(None, None, None)
         metrics.REQUESTS.labels(outcome="ok").inc()
+        self.record(started, "ok", decision, usage=answer.get("usage"))
         headers["X-Continuation-Rounds"] = str(answer.pop("x_continuation_rounds", 0))
         return web.json_response(answer, headers=headers, dumps=openai_api.compact_json)
 
     async def _stream(
-        self, request: web.Request, chat: ChatRequest, decision: Decision, body: dict, headers: dict, ticket
+        self,
+        request: web.Request,
+        chat: ChatRequest,
+        decision: Decision,
+        body: dict,
+        headers: dict,
+        ticket,
+        started: float,
     ) -> web.StreamResponse:
         """A numbered, hash-chained SSE stream whose generation survives a dropped client for the grace period."""
         if body.get("seed") is None:
             body = {**body, "seed": new_seed()}  # kept with the session, so "start again" can reproduce the text
-        chunks = completion.stream(self._http(), self._chat_url(), body, decision, {}, chat.include_usage)
+        # Usage is always asked for (the sample counts tokens); _watched drops it unless the client asked too.
+        watch = _StreamWatch()
+        chunks = _watched(
+            completion.stream(self._http(), self._chat_url(), body, decision, {}, True), watch, chat.include_usage
+        )
         try:
             first = await anext(chunks, None)  # an engine refusal surfaces here, before any byte is sent
         except completion.UpstreamError as exc:
             await ticket.__aexit__(None, None, None)
+            self.record(started, "error" if exc.status >= 500 else "client_error", decision)
             return upstream_refused(exc, headers)
         except aiohttp.ClientError as exc:
             await ticket.__aexit__(None, None, None)
+            self.record(started, "error", decision)
             return engine_unreachable(exc)
         relay = await self.sessions.start(seed=body["seed"], meta=request_summary(body, path=request.path))
 
         async def produce():
+            outcome = "error"
             try:
                 await pump_chunks(relay, _prepend(first, chunks))
                 metrics.REQUESTS.labels(outcome="ok").inc()
+                outcome = "error" if watch.failed else "ok"
             except aiohttp.ClientError:
                 metrics.REQUESTS.labels(outcome="engine_error").inc()
                 raise
+            except asyncio.CancelledError:
+                outcome = None  # interrupted (client gone past the grace period, shutdown): not a finished request
+                raise
             finally:
                 await ticket.__aexit__(None, None, None)
+                if outcome is not None:
+                    ttft = watch.first_content_at - started if watch.first_content_at is not None else None
+                    self.record(started, outcome, decision, usage=watch.usage, ttft_s=ttft)
 
         relay.run(produce())
         return await self._write_stream(request, relay.subscribe(0), {**headers, **relay.headers})
@@ -154,6 +190,28 @@ class Gateway:
             except (ConnectionResetError, ClientConnectionResetError):
                 pass  # the client went away; the session keeps generating for the grace period
         return response
+
+    def record(
+        self, started: float, outcome: str, decision: Decision, *, usage: dict | None = None, ttft_s=None
+    ) -> None:
+        """One finished chat request into the sample's window and the gateway's histograms."""
+        e2e = time.monotonic() - started
+        tokens = None
+        if usage:
+            tokens = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+        if outcome == "ok":
+            metrics.CHAT_DURATION.observe(e2e)
+            if ttft_s is not None:
+                metrics.CHAT_TTFT.observe(ttft_s)
+            if tokens is not None:
+                metrics.CHAT_TOKENS.observe(tokens)
+        source = decision.intent_source
+        intent = (
+            (decision.intent or "none") if source == "classifier" else ("tag" if source == "business_tag" else "none")
+        )
+        self.requests.record(
+            e2e_s=e2e, outcome=outcome, ttft_s=ttft_s, tokens=tokens, intent=intent, tier=decision.tier
+        )
 
     def decide(self, chat: ChatRequest) -> Decision:
         started = time.perf_counter()
@@ -279,6 +337,36 @@ def decision_headers(decision: Decision) -> dict:
     if decision.intent and decision.intent_source == "classifier":
         headers["X-Policy-Intent"] = f"{decision.intent};confidence={decision.confidence:.3f}"
     return headers
+
+
+class _StreamWatch:
+    """What the sample needs from a stream: when its first content arrived, its usage, whether it failed."""
+
+    __slots__ = ("failed", "first_content_at", "usage")
+
+    def __init__(self):
+        self.first_content_at: float | None = None
+        self.usage: dict | None = None
+        self.failed = False
+
+
+async def _watched(chunks, watch: _StreamWatch, include_usage: bool):
+    """The chunks unchanged, except the usage chunk when the client did not ask for it; notes them in `watch`."""
+    try:
+        async for chunk in chunks:
+            choices = chunk.get("choices")
+            if "error" in chunk:
+                watch.failed = True
+            elif choices:
+                if watch.first_content_at is None and (choices[0].get("delta") or {}).get("content"):
+                    watch.first_content_at = time.monotonic()
+            elif chunk.get("usage"):
+                watch.usage = chunk["usage"]
+                if not include_usage:
+                    continue
+            yield chunk
+    finally:
+        await chunks.aclose()
 
 
 async def _prepend(first: dict | None, rest):

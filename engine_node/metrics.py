@@ -70,6 +70,73 @@ QUEUE_WAIT = Histogram(
     registry=REGISTRY,
 )
 
+# Chat requests as the gateway saw them (engine_node/telemetry): the figures of the agent's 1 Hz sample that the
+# series above and the engine's vllm:* series do not already carry.
+CHAT_DURATION = Histogram(
+    "engine_node_chat_request_duration_seconds",
+    "End-to-end time of answered chat requests at the gateway, admission wait included",
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.8, 1, 1.2, 1.6, 2, 2.5, 3, 5, 10, 20, 30, 60),
+    registry=REGISTRY,
+)
+CHAT_TTFT = Histogram(
+    "engine_node_chat_time_to_first_token_seconds",
+    "Time from a streamed chat request's arrival to its first content chunk",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
+    registry=REGISTRY,
+)
+CHAT_TOKENS = Histogram(
+    "engine_node_chat_request_tokens",
+    "Prompt plus completion tokens of answered chat requests",
+    buckets=(64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+    registry=REGISTRY,
+)
+DEGRADED = Gauge("engine_node_degraded", "1 while the pool's degradation state is active", registry=REGISTRY)
+
+# Memory cleanup (engine_node/cleanup.py): trigger is operator, threshold or timer; result succeeded or failed.
+CLEANUPS = Counter(
+    "engine_node_memory_cleanups",
+    "Memory cleanups (drain, prefix-cache reset, release of cached allocator blocks, resume)",
+    ["trigger", "result"],
+    registry=REGISTRY,
+)
+CLEANUP_SECONDS = Histogram(
+    "engine_node_memory_cleanup_duration_seconds",
+    "Time a memory cleanup held the gate closed, drain included",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    registry=REGISTRY,
+)
+CLEANUP_FRAGMENTATION = Gauge(
+    "engine_node_memory_cleanup_fragmentation_ratio",
+    "Memory fragmentation before and after the last cleanup (NaN without allocator statistics, e.g. on CPU)",
+    ["phase"],
+    registry=REGISTRY,
+)
+CLEANUP_KV_USAGE = Gauge(
+    "engine_node_memory_cleanup_kv_cache_usage_ratio",
+    "KV-cache block usage before and after the last cleanup",
+    ["phase"],
+    registry=REGISTRY,
+)
+_GPU_UTILIZATION: list[Gauge] = []
+
+
+def watch_gpu(read) -> None:
+    """Expose `read()` (0..1, None when unknown) as engine_node_gpu_utilization_ratio; only hosts with GPUs call it."""
+    if not _GPU_UTILIZATION:
+        _GPU_UTILIZATION.append(
+            Gauge(
+                "engine_node_gpu_utilization_ratio",
+                "Mean nvidia-smi utilization.gpu over the host's GPUs (share of time a kernel was running)",
+                registry=REGISTRY,
+            )
+        )
+
+    def value() -> float:
+        reading = read()
+        return float("nan") if reading is None else reading
+
+    _GPU_UTILIZATION[0].set_function(value)
+
 
 def watch_admission(admission) -> None:
     """Read the queue depths and windowed batch figures from this Admission at scrape time (the latest one wins)."""

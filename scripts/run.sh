@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts the control plane: one ASGI server (HTTP + WebSocket); with REDIS_URL also a Celery worker and beat.
+# Starts the control plane: one ASGI server (HTTP + WebSocket); with REDIS_URL also a Celery worker and beat,
+# without it the periodic tasks inside the server's process (manage.py run_periodic --serve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -18,7 +19,13 @@ else
   mode="embedded: ${DATABASE_URL:+DATABASE_URL set}${DATABASE_URL:-SQLite in ${CONTROLPLANE_VAR_DIR:-var}/}, in-memory channel layer, in-process tasks"
 fi
 
-"$BIN/daphne" --bind "$HOST" --port "$PORT" controlplane.asgi:application & pids+=($!)
+if [ -n "${REDIS_URL:-}" ]; then
+  "$BIN/daphne" --bind "$HOST" --port "$PORT" controlplane.asgi:application & pids+=($!)
+else
+  # No beat, no worker: the periodic tasks (alert evaluation, metric rollups) run in the server's own process,
+  # where the in-memory channel layer can carry their events to browsers.
+  "$BIN/python" manage.py run_periodic --serve "$HOST:$PORT" & pids+=($!)
+fi
 for _ in $(seq 50); do (echo > "/dev/tcp/$HOST/$PORT") 2>/dev/null && break; sleep 0.2; done
 if [ "${DEMO_FLEET:-1}" != "0" ]; then
   "$BIN/python" manage.py demo_fleet --control-plane "ws://$HOST:$PORT/ws/agent/" --qps "${DEMO_QPS:-3}" & pids+=($!)

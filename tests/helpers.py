@@ -17,6 +17,13 @@ STATE_MODELS = (
     "datasets.IntentDataset",
     "datasets.IntentModel",
     "datasets.IntentModelRelease",
+    "datasets.WarmupDataset",
+    "datasets.WarmupDatasetVersion",
+    "datasets.PoolWarmup",
+    "alerts.AlertRule",
+    "alerts.AlertRuleVersion",
+    "alerts.AlertEvent",
+    "alerts.Silence",
     "audit.AuditEntry",
 )
 

@@ -19,12 +19,15 @@ class Action(models.TextChoices):
     POOL_ROLLBACK = "pool.rollback"
     PRODUCTION_OVERRIDE = "pool.production_override"
     ALERT_RESPOND = "alert.respond"
+    ALERT_RULE_WRITE = "alert.rule_write"
     USER_MANAGE = "user.manage"
     NODE_CREDENTIALS = "node.credentials"
     NODE_OPERATE = "node.operate"
     INTENT_TRAIN = "intent.train"
     INTENT_PUBLISH = "intent.publish"
     OVERRIDE_SET = "override.set"
+    WARMUP_WRITE = "warmup.write"
+    WARMUP_ASSIGN = "warmup.assign"
 
 
 _ALL = frozenset(Role)
@@ -38,6 +41,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.POOL_ROLLBACK: frozenset({Role.SRE, Role.ADMIN}),
     Action.PRODUCTION_OVERRIDE: frozenset({Role.SRE, Role.ADMIN}),
     Action.ALERT_RESPOND: frozenset({Role.ONCALL, Role.SRE, Role.ADMIN}),
+    # Thresholds decide who gets paged at night: operators own them, on-call acknowledges and silences.
+    Action.ALERT_RULE_WRITE: frozenset({Role.SRE, Role.ADMIN}),
     Action.USER_MANAGE: frozenset({Role.ADMIN}),
     Action.NODE_CREDENTIALS: frozenset({Role.SRE, Role.ADMIN}),
     Action.NODE_OPERATE: frozenset({Role.SRE, Role.ADMIN}),
@@ -46,6 +51,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.INTENT_PUBLISH: frozenset({Role.SRE, Role.ADMIN}),
     # Customer service sets and revokes a conversation's override while talking to the customer (seed).
     Action.OVERRIDE_SET: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    # Building warmup sets from what customers ask is tuning work; what a pool's nodes replay is an operator's call.
+    Action.WARMUP_WRITE: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    Action.WARMUP_ASSIGN: frozenset({Role.SRE, Role.ADMIN}),
 }
 
 

@@ -111,3 +111,69 @@ class IntentPublishForm(forms.Form):
 
 class IntentRevertForm(forms.Form):
     reason = forms.CharField(max_length=2000)
+
+
+class WarmupUploadForm(forms.Form):
+    source = forms.ChoiceField(
+        choices=[
+            ("upload", "Messages to replay as they are (CSV or JSON Lines)"),
+            ("conversation_log", "A conversation log: keep its most frequent user queries"),
+        ],
+        initial="upload",
+    )
+    file = forms.FileField()
+    format = forms.ChoiceField(
+        choices=[("", "from the file name"), ("csv", "CSV"), ("jsonl", "JSON Lines")], required=False
+    )
+    top_n = forms.IntegerField(min_value=1, max_value=5000, required=False)
+    comment = forms.CharField(max_length=500, required=False)
+
+
+class WarmupDatasetCreateForm(WarmupUploadForm):
+    name = forms.CharField(max_length=64)
+    description = forms.CharField(max_length=500, required=False)
+
+
+class WarmupVersionForm(WarmupUploadForm):
+    base_version = forms.IntegerField(min_value=1)
+
+
+class WarmupAssignForm(forms.Form):
+    pool = forms.CharField(max_length=64)
+    version = forms.IntegerField(min_value=1)
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
+
+
+SILENCE_DURATIONS = [(30, "30 minutes"), (60, "1 hour"), (240, "4 hours"), (720, "12 hours"), (1440, "24 hours")]
+
+
+class AcknowledgeForm(forms.Form):
+    note = forms.CharField(max_length=2000, required=False)
+
+
+class SilenceForm(forms.Form):
+    rule = forms.CharField(max_length=64, required=False)
+    pool = forms.CharField(max_length=64, required=False)
+    node = forms.CharField(max_length=64, required=False)
+    duration_minutes = forms.TypedChoiceField(choices=SILENCE_DURATIONS, coerce=int, initial=60)
+    reason = forms.CharField(max_length=2000)
+
+
+class SilenceExpireForm(forms.Form):
+    reason = forms.CharField(max_length=2000)
+
+
+class AlertRuleForm(forms.Form):
+    """A new version of an alert rule; the service checks metric, scope, thresholds and runbook."""
+
+    base_version = forms.IntegerField(min_value=1)
+    metric = forms.CharField(max_length=64)
+    scope = forms.CharField(max_length=8)
+    comparison = forms.CharField(max_length=2)
+    warn = forms.FloatField()
+    critical = forms.FloatField(required=False)
+    for_s = forms.IntegerField(min_value=0)
+    runbook = forms.CharField(max_length=64)
+    summary = forms.CharField(max_length=300)
+    is_enabled = forms.BooleanField(required=False)
+    comment = forms.CharField(max_length=500, required=False)

@@ -5,6 +5,7 @@ from django.urls import path
 
 from controlplane.dashboard.views import (
     accounts,
+    alerts,
     audit,
     fleet,
     intents,
@@ -12,6 +13,7 @@ from controlplane.dashboard.views import (
     overview,
     pools,
     templates,
+    warmup,
     whitelists,
 )
 
@@ -33,6 +35,7 @@ urlpatterns = [
     path("pools/<slug:name>/", pools.pool_detail, name="pool-detail"),
     path("pools/<slug:name>/publish/", pools.pool_publish, name="pool-publish"),
     path("pools/<slug:name>/rollback/", pools.pool_rollback, name="pool-rollback"),
+    path("pools/<slug:name>/cleanup/", fleet.pool_cleanup, name="pool-cleanup"),
     path("fleet/", fleet.fleet, name="fleet"),
     path("nodes/<slug:name>/", fleet.node_detail, name="node-detail"),
     path("nodes/<slug:name>/command/", fleet.node_command, name="node-command"),
@@ -44,6 +47,18 @@ urlpatterns = [
     path("intents/datasets/<slug:name>/models/<int:number>/", intents.intent_model, name="intent-model"),
     path("intents/datasets/<slug:name>/models/<int:number>/publish/", intents.intent_publish, name="intent-publish"),
     path("intents/pools/<slug:name>/built-in/", intents.intent_builtin, name="intent-builtin"),
+    path("warmup/", warmup.warmup_overview, name="warmup"),
+    path("warmup/<slug:name>/", warmup.warmup_dataset, name="warmup-dataset"),
+    path("warmup/<slug:name>/v<int:number>/", warmup.warmup_dataset, name="warmup-version"),
+    path("warmup/<slug:name>/assign/", warmup.warmup_assign, name="warmup-assign"),
+    path("oncall/", alerts.oncall, name="oncall"),
+    path("oncall/incidents/<int:pk>/ack/", alerts.incident_ack, name="incident-ack"),
+    path("oncall/silences/", alerts.silence_create, name="silence-create"),
+    path("oncall/silences/<int:pk>/expire/", alerts.silence_expire, name="silence-expire"),
+    path("alert-rules/", alerts.rule_list, name="alert-rules"),
+    path("alert-rules/<slug:name>/", alerts.rule_detail, name="alert-rule"),
+    path("runbooks/", alerts.runbook_list, name="runbooks"),
+    path("runbooks/<slug:slug>/", alerts.runbook_detail, name="runbook"),
     path("audit/", audit.audit_log, name="audit"),
     path("users/", accounts.user_list, name="users"),
     path("users/<str:username>/", accounts.user_update, name="user-update"),

@@ -1,6 +1,13 @@
 from django.contrib import admin
 
-from controlplane.datasets.models import IntentDataset, IntentModel, IntentModelRelease
+from controlplane.datasets.models import (
+    IntentDataset,
+    IntentModel,
+    IntentModelRelease,
+    PoolWarmup,
+    WarmupDataset,
+    WarmupDatasetVersion,
+)
 from controlplane.lib.admin import ReadOnlyAdmin
 
 
@@ -17,3 +24,13 @@ class IntentModelAdmin(ReadOnlyAdmin):
 
 
 admin.site.register(IntentModelRelease, ReadOnlyAdmin)
+
+
+@admin.register(WarmupDatasetVersion)
+class WarmupDatasetVersionAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "source", "message_count", "author", "created_at"]
+    exclude = ["messages_json"]
+
+
+admin.site.register(WarmupDataset, ReadOnlyAdmin)
+admin.site.register(PoolWarmup, ReadOnlyAdmin)

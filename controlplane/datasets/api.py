@@ -1,4 +1,5 @@
-"""REST endpoints for intent datasets (upload), models (train, progress, evaluation) and releases to pools."""
+"""REST endpoints for intent datasets (upload), models (train, progress, evaluation) and releases to pools, and for
+warmup datasets (upload or derive from a log), their versions and their assignment to pools."""
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -8,10 +9,12 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import Action
 from controlplane.datasets import selectors, serializers
-from controlplane.datasets.models import IntentDataset, IntentModel
+from controlplane.datasets.conversation_logs import DEFAULT_TOP_N
+from controlplane.datasets.models import IntentDataset, IntentModel, WarmupDataset, WarmupDatasetVersion
 from controlplane.datasets.services.datasets import intent_dataset_create
 from controlplane.datasets.services.releases import intent_model_publish, intent_model_unpublish
 from controlplane.datasets.services.training import intent_model_create
+from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create, warmup_version_create
 from controlplane.datasets.uploads import MAX_BYTES
 from controlplane.lib.errors import InvalidField, NotFound
 from controlplane.lib.serializers import validated
@@ -27,25 +30,29 @@ class IntentDatasetList(generics.ListAPIView):
         request=serializers.IntentDatasetCreateSerializer, responses={201: serializers.IntentDatasetSerializer}
     )
     def post(self, request):
-        try:
-            payload = request.data
-        except RequestDataTooBig:
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            raise InvalidField(
-                "content", f"a JSON body is limited to {limit} bytes; send a larger dataset as a multipart file"
-            ) from None
-        data = validated(serializers.IntentDatasetCreateSerializer, payload)
-        if "file" in data:
-            upload = data["file"]
-            if upload.size > MAX_BYTES:
-                raise InvalidField("file", f"{upload.size} bytes is over the limit of {MAX_BYTES} bytes (20 MiB)")
-            content = upload.read()
-        else:
-            content = data["content"]
+        data, content = upload_validated(serializers.IntentDatasetCreateSerializer, request)
         dataset = intent_dataset_create(
             actor=request.user, name=data["name"], description=data["description"], content=content, fmt=data["format"]
         )
         return Response(serializers.IntentDatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+
+def upload_validated(serializer_class, request) -> tuple[dict, bytes | str]:
+    """The fields of an upload request and its content, from a multipart `file` or a JSON `content` string."""
+    try:
+        payload = request.data
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raise InvalidField(
+            "content", f"a JSON body is limited to {limit} bytes; send a larger dataset as a multipart file"
+        ) from None
+    data = validated(serializer_class, payload)
+    if "file" not in data:
+        return data, data["content"]
+    upload = data["file"]
+    if upload.size > MAX_BYTES:
+        raise InvalidField("file", f"{upload.size} bytes is over the limit of {MAX_BYTES} bytes (20 MiB)")
+    return data, upload.read()
 
 
 class IntentDatasetDetail(generics.GenericAPIView):
@@ -119,3 +126,106 @@ def _pool(name: str) -> Pool:
     if pool is None:
         raise NotFound(f"pool: no pool named {name!r}")
     return pool
+
+
+class WarmupDatasetList(generics.ListAPIView):
+    """Warmup datasets; POST creates one with its version 1 from a message file or a conversation log."""
+
+    queryset = WarmupDataset.objects.select_related("created_by")
+    serializer_class = serializers.WarmupDatasetSerializer
+    required_action = Action.WARMUP_WRITE
+
+    @extend_schema(
+        request=serializers.WarmupDatasetCreateSerializer, responses={201: serializers.WarmupDatasetDetailSerializer}
+    )
+    def post(self, request):
+        data, content = upload_validated(serializers.WarmupDatasetCreateSerializer, request)
+        dataset = warmup_dataset_create(
+            actor=request.user,
+            name=data["name"],
+            description=data["description"],
+            comment=data["comment"],
+            content=content,
+            fmt=data["format"],
+            source=data["source"],
+            top_n=data.get("top_n", DEFAULT_TOP_N),
+        )
+        return Response(_warmup_dataset_detail(dataset), status=status.HTTP_201_CREATED)
+
+
+class WarmupDatasetDetail(generics.GenericAPIView):
+    serializer_class = serializers.WarmupDatasetDetailSerializer
+
+    def get(self, request, name):
+        return Response(_warmup_dataset_detail(selectors.warmup_dataset_get(name=name)))
+
+
+def _warmup_dataset_detail(dataset: WarmupDataset) -> dict:
+    dataset.version_list = selectors.warmup_versions(dataset=dataset)
+    dataset.active_assignments = selectors.pool_warmups().filter(version__dataset=dataset, is_active=True)
+    return serializers.WarmupDatasetDetailSerializer(dataset).data
+
+
+class WarmupVersionList(generics.ListAPIView):
+    """A dataset's versions, newest first; POST saves the next one from `base_version` (a stale base is a 409)."""
+
+    serializer_class = serializers.WarmupVersionSerializer
+    required_action = Action.WARMUP_WRITE
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no dataset name
+            return WarmupDatasetVersion.objects.none()
+        return selectors.warmup_versions(dataset=selectors.warmup_dataset_get(name=self.kwargs["name"]))
+
+    @extend_schema(
+        request=serializers.WarmupVersionCreateSerializer, responses={201: serializers.WarmupVersionSerializer}
+    )
+    def post(self, request, name):
+        dataset = selectors.warmup_dataset_get(name=name)
+        data, content = upload_validated(serializers.WarmupVersionCreateSerializer, request)
+        version = warmup_version_create(
+            actor=request.user,
+            dataset=dataset,
+            base_number=data["base_version"],
+            comment=data["comment"],
+            content=content,
+            fmt=data["format"],
+            source=data["source"],
+            top_n=data.get("top_n", DEFAULT_TOP_N),
+        )
+        return Response(serializers.WarmupVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+class WarmupVersionDetail(generics.GenericAPIView):
+    """One version with its first 50 messages and per-intent counts."""
+
+    serializer_class = serializers.WarmupVersionDetailSerializer
+
+    def get(self, request, name, number):
+        version = selectors.warmup_version_get(dataset=selectors.warmup_dataset_get(name=name), number=number)
+        version.preview = selectors.warmup_preview(version=version)
+        return Response(serializers.WarmupVersionDetailSerializer(version).data)
+
+
+class PoolWarmupList(generics.ListAPIView):
+    """Which warmup dataset version each pool replays, newest first; POST assigns one to a pool."""
+
+    serializer_class = serializers.PoolWarmupSerializer
+    required_action = Action.WARMUP_ASSIGN
+
+    @extend_schema(parameters=[OpenApiParameter("pool", str)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        name = self.request.query_params.get("pool")
+        return selectors.pool_warmups(pool=_pool(name) if name else None)
+
+    @extend_schema(request=serializers.PoolWarmupCreateSerializer, responses={201: serializers.PoolWarmupSerializer})
+    def post(self, request):
+        data = validated(serializers.PoolWarmupCreateSerializer, request.data)
+        pool = _pool(data["pool"])
+        dataset = selectors.warmup_dataset_get(name=data["dataset"])
+        version = selectors.warmup_version_get(dataset=dataset, number=data["number"])
+        assignment = pool_warmup_assign(actor=request.user, pool=pool, version=version, reason=data["reason"])
+        return Response(serializers.PoolWarmupSerializer(assignment).data, status=status.HTTP_201_CREATED)

@@ -1,4 +1,4 @@
-"""Intent datasets (immutable labelled rows), models trained on them, and the release of a model to a pool."""
+"""Intent datasets, models trained on them and their release to pools; warmup datasets and their pool assignments."""
 
 import json
 
@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from controlplane.lib.errors import Conflict
+from controlplane.params.models import ImmutableVersion
 
 
 class IntentDataset(models.Model):
@@ -112,3 +113,75 @@ class IntentModelRelease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool.name}: {self.intent_model or 'built-in model'}"
+
+
+class WarmupDataset(models.Model):
+    """A named set of messages engine nodes replay to warm up after a cold start; its content lives in its versions."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    latest_number = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WarmupDatasetVersion(ImmutableVersion):
+    """One immutable revision of a warmup dataset: uploaded messages, or the top queries of a conversation log."""
+
+    class Source(models.TextChoices):
+        UPLOAD = "upload", "upload"
+        CONVERSATION_LOG = "conversation_log", "conversation log"
+
+    dataset = models.ForeignKey(WarmupDataset, on_delete=models.PROTECT, related_name="versions")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    source_format = models.CharField(max_length=8)
+    message_count = models.PositiveIntegerField()
+    duplicates_removed = models.PositiveIntegerField(default=0)
+    # label -> messages carrying it, every label plus "none"
+    intent_counts = models.JSONField()
+    # For a conversation log: rows, conversations, user messages, distinct queries, top_n, kept (conversation_logs.py).
+    derived_from = models.JSONField(null=True, blank=True)
+    # The canonical messages, [{"text", "intent"?, "business_tag"?, "count"?}, ...] as compact JSON with sorted keys;
+    # `sha256` is of this text exactly, so an agent can check what it fetched.
+    messages_json = models.TextField()
+    sha256 = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["dataset", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "number"], name="warmup_version_number_unique"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="warmup_version_number_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset.name} v{self.number}"
+
+    @property
+    def messages(self) -> list[dict]:
+        return json.loads(self.messages_json)
+
+
+class PoolWarmup(models.Model):
+    """A pool's warmup dataset version: what its nodes replay after a cold start. The newest one is active."""
+
+    pool = models.ForeignKey("nodes.Pool", on_delete=models.CASCADE, related_name="warmups")
+    version = models.ForeignKey(WarmupDatasetVersion, on_delete=models.PROTECT, related_name="assignments")
+    assigned_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    assigned_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reason = models.TextField()
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["-assigned_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool"], condition=Q(is_active=True), name="pool_warmup_one_active"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool.name}: {self.version}"

@@ -1,6 +1,7 @@
-"""Events about intent models: training progress to browsers, a pool's new model to its agents."""
+"""Events about intent models (training progress to browsers, a pool's new model to its agents) and a pool's new
+warmup dataset (to its agents)."""
 
-from controlplane.datasets.models import IntentModel
+from controlplane.datasets.models import IntentModel, WarmupDatasetVersion
 from controlplane.datasets.selectors import active_intent_model
 from controlplane.lib import realtime
 from controlplane.nodes.models import Pool
@@ -28,5 +29,19 @@ def intent_model_published(pool: Pool) -> None:
         "pool": pool.name,
         "model_id": model.pk if model is not None else None,
         "sha256": model.sha256 if model is not None else None,
+    }
+    realtime.send([realtime.agents_group(pool.name)], event)
+
+
+def warmup_assigned(pool: Pool, version: WarmupDatasetVersion) -> None:
+    """Tells the pool's agents which warmup dataset version to replay after a cold start."""
+    event: realtime.WarmupAssigned = {
+        "type": "warmup.assigned",
+        "pool": pool.name,
+        "dataset": version.dataset.name,
+        "version": version.number,
+        "version_id": version.pk,
+        "sha256": version.sha256,
+        "messages": version.message_count,
     }
     realtime.send([realtime.agents_group(pool.name)], event)

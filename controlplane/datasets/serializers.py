@@ -1,8 +1,16 @@
-"""API shapes of intent datasets, models and releases."""
+"""API shapes of intent datasets, models and releases, and of warmup datasets, versions and pool assignments."""
 
 from rest_framework import serializers
 
-from controlplane.datasets.models import IntentDataset, IntentModel, IntentModelRelease
+from controlplane.datasets.conversation_logs import MAX_TOP_N
+from controlplane.datasets.models import (
+    IntentDataset,
+    IntentModel,
+    IntentModelRelease,
+    PoolWarmup,
+    WarmupDataset,
+    WarmupDatasetVersion,
+)
 from controlplane.datasets.services.training import MAX_EPOCHS
 from controlplane.datasets.uploads import FORMATS
 from controlplane.lib.serializers import StrictSerializer
@@ -42,11 +50,9 @@ class IntentDatasetDetailSerializer(IntentDatasetSerializer):
         fields = [*IntentDatasetSerializer.Meta.fields, "preview"]
 
 
-class IntentDatasetCreateSerializer(StrictSerializer):
+class UploadSerializer(StrictSerializer):
     """A multipart `file` (format from its extension unless given) or a JSON `content` string with its `format`."""
 
-    name = serializers.CharField(max_length=64)
-    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     format = serializers.ChoiceField(choices=FORMATS, required=False)
     content = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     file = serializers.FileField(required=False)
@@ -63,6 +69,11 @@ class IntentDatasetCreateSerializer(StrictSerializer):
             else:
                 raise serializers.ValidationError({"format": ["required: csv or jsonl"]})
         return attrs
+
+
+class IntentDatasetCreateSerializer(UploadSerializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class IntentModelSerializer(serializers.ModelSerializer):
@@ -128,3 +139,118 @@ class IntentModelReleaseCreateSerializer(StrictSerializer):
         if ("dataset" in attrs) != ("number" in attrs):
             raise serializers.ValidationError({"number": ["give dataset and number together, or neither"]})
         return attrs
+
+
+class WarmupVersionSerializer(serializers.ModelSerializer):
+    dataset = serializers.CharField(source="dataset.name")
+    author = serializers.CharField(source="author.username")
+
+    class Meta:
+        model = WarmupDatasetVersion
+        fields = [
+            "dataset",
+            "number",
+            "base_number",
+            "author",
+            "created_at",
+            "comment",
+            "source",
+            "source_format",
+            "message_count",
+            "duplicates_removed",
+            "intent_counts",
+            "derived_from",
+            "sha256",
+        ]
+
+
+class WarmupMessageSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    intent = serializers.CharField(allow_null=True)
+    business_tag = serializers.CharField(allow_null=True)
+    count = serializers.IntegerField(allow_null=True)
+
+
+class WarmupVersionDetailSerializer(WarmupVersionSerializer):
+    """A version with its first 50 messages."""
+
+    preview = WarmupMessageSerializer(many=True, read_only=True)
+
+    class Meta(WarmupVersionSerializer.Meta):
+        fields = [*WarmupVersionSerializer.Meta.fields, "preview"]
+
+
+class WarmupDatasetSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username")
+
+    class Meta:
+        model = WarmupDataset
+        fields = ["name", "description", "latest_number", "created_by", "created_at"]
+
+
+class PoolWarmupSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    dataset = serializers.CharField(source="version.dataset.name")
+    number = serializers.IntegerField(source="version.number")
+    sha256 = serializers.CharField(source="version.sha256")
+    message_count = serializers.IntegerField(source="version.message_count")
+    assigned_by = serializers.CharField(source="assigned_by.username")
+
+    class Meta:
+        model = PoolWarmup
+        fields = [
+            "id",
+            "pool",
+            "dataset",
+            "number",
+            "sha256",
+            "message_count",
+            "assigned_by",
+            "assigned_at",
+            "reason",
+            "is_active",
+        ]
+
+
+class WarmupDatasetDetailSerializer(WarmupDatasetSerializer):
+    """A dataset with its versions (newest first) and the pools that replay one of them now."""
+
+    versions = WarmupVersionSerializer(many=True, read_only=True, source="version_list")
+    assignments = PoolWarmupSerializer(many=True, read_only=True, source="active_assignments")
+
+    class Meta(WarmupDatasetSerializer.Meta):
+        fields = [*WarmupDatasetSerializer.Meta.fields, "versions", "assignments"]
+
+
+class WarmupUploadSerializer(UploadSerializer):
+    """Messages to keep as they are (`source` upload), or a conversation log to reduce to its `top_n` queries."""
+
+    source = serializers.ChoiceField(
+        choices=WarmupDatasetVersion.Source.values, default=WarmupDatasetVersion.Source.UPLOAD
+    )
+    top_n = serializers.IntegerField(min_value=1, max_value=MAX_TOP_N, required=False)
+    comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        if "top_n" in attrs and attrs["source"] != WarmupDatasetVersion.Source.CONVERSATION_LOG:
+            raise serializers.ValidationError({"top_n": ["only for source conversation_log"]})
+        return attrs
+
+
+class WarmupDatasetCreateSerializer(WarmupUploadSerializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class WarmupVersionCreateSerializer(WarmupUploadSerializer):
+    """The next version, made from `base_version` (the latest one; otherwise 409)."""
+
+    base_version = serializers.IntegerField(min_value=1)
+
+
+class PoolWarmupCreateSerializer(StrictSerializer):
+    pool = serializers.CharField()
+    dataset = serializers.CharField()
+    number = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(max_length=2000)

@@ -81,6 +81,16 @@ class IntentModelPublished(TypedDict):
     sha256: str | None
 
 
+class WarmupAssigned(TypedDict):
+    type: str  # "warmup.assigned": to agents_group(pool); AgentConsumer.warmup_assigned (a no-op until warmup runs)
+    pool: str
+    dataset: str
+    version: int
+    version_id: int  # what the agent will fetch the messages by (selectors.warmup_messages_text)
+    sha256: str  # of the messages' compact JSON
+    messages: int
+
+
 class ConfigPush(TypedDict):
     type: str  # "config.push": AgentConsumer.config_push
     version_id: int  # lets the consumer record an ACK without looking the version up
@@ -100,6 +110,11 @@ class NodeUpdated(TypedDict):
     node: dict
 
 
+class NodeCommandChanged(TypedDict):
+    type: str  # "node.command_changed": PoolEventsConsumer.node_command_changed (node pages follow their commands)
+    command: dict  # controlplane.nodes.selectors.command_summary
+
+
 class NodesUpdated(TypedDict):
     type: str  # "nodes.updated": PoolEventsConsumer.nodes_updated; partial entries, merged by browsers
     nodes: list[dict]
@@ -110,3 +125,36 @@ class PolicyPush(TypedDict):
     pool: str
     hash: str  # sha256 of the bundle's canonical content
     text: str  # the agent-facing policy bundle, already JSON
+
+
+def metrics_fleet_group() -> str:
+    """Browsers watching the fleet's live figures (the overview)."""
+    return "metrics.fleet"
+
+
+def metrics_pool_group(pool_name: str) -> str:
+    return f"metrics.pool.{pool_name}"
+
+
+def metrics_node_group(node_name: str) -> str:
+    return f"metrics.node.{node_name}"
+
+
+class MetricsSample(TypedDict):
+    type: str  # "metrics.sample": MetricsConsumer.metrics_sample
+    scope: str  # "node", "pool" or "fleet"
+    name: str  # the node's or pool's name, or "fleet"
+    t: float  # the agent's `t` of the newest sample the values include (end-to-end freshness is measured on it)
+    values: dict  # a node's sample as sent, or the pool's or fleet's aggregate (controlplane/metrics/aggregation.py)
+
+
+def alerts_group() -> str:
+    """Browsers on the on-call page: alerts and incidents as they change."""
+    return "alerts"
+
+
+class AlertsChanged(TypedDict):
+    type: str  # "alerts.changed": AlertEventsConsumer.alerts_changed
+    alerts: list[dict]  # summaries of the alerts that changed (controlplane.alerts.selectors.alert_summary)
+    incidents: list[dict]  # summaries of the incidents that changed, with their affected nodes
+    notify: list[int]  # ids of incidents that just fired or escalated and are not silenced (browser notifications)

@@ -8,8 +8,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from controlplane.lib import realtime
+from controlplane.metrics.services.ingest import sample_ingestor
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher
-from controlplane.nodes.services import agent_policy, agent_sessions
+from controlplane.nodes.services import agent_policy, agent_sessions, cleanup
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 policy_hash=str(content.get("policy_hash", "")),
                 model_sha256=str(content.get("intent_model_sha256", "")),
             )
+        elif kind == "sample":
+            # Once a second per node: queued in memory, stored and broadcast in batches (never a DB call here).
+            sample_ingestor().record(node=self.node_name, pool=self.pool_name, message=content)
         elif kind == "heartbeat" and content.get("status") == self.reported_status and "log_tail" not in content:
             seen_batcher().record(self.node_id)
         elif kind == "heartbeat":
@@ -109,6 +113,16 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 )
             else:
                 self.model_sha256 = str(content.get("sha256", ""))
+        elif kind == "cleanup_request":
+            # The node's own cleanup (fragmentation threshold or timer) needs its pool's lease; a grant arrives
+            # as a cleanup command through node_command, a refusal is answered here.
+            command, refusal = await database_sync_to_async(cleanup.cleanup_lease_request)(
+                node_id=self.node_id,
+                trigger=str(content.get("trigger", "")),
+                fragmentation=content.get("fragmentation"),
+            )
+            if command is None:
+                await self.send_json({"type": "cleanup_denied", "reason": refusal})
         elif kind == "command_progress":
             await database_sync_to_async(agent_sessions.node_command_progress)(
                 node_id=self.node_id,
@@ -135,6 +149,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 model_id=event["model_id"], sha256=event["sha256"]
             )
             await self.send(text_data=text)
+
+    async def warmup_assigned(self, event):
+        """Nothing to forward yet: the agent side arrives with warmup runs (an unhandled event type would crash us)."""
 
     async def _sync_policy(self, *, policy_hash: str, model_sha256: str) -> None:
         """After hello: send the bundle and the intent model unless the agent already has them."""

@@ -33,3 +33,6 @@ class PoolEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def nodes_updated(self, event):
         await self.send_json(event)
+
+    async def node_command_changed(self, event):
+        await self.send_json(event)

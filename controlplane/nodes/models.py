@@ -112,12 +112,17 @@ class EngineNode(models.Model):
 
 
 class NodeCommand(models.Model):
-    """An operation an SRE asked a node to carry out (restart engine, drain, resume), and how it went."""
+    """An operation a node carries out (restart engine, drain, resume, memory cleanup), and how it went.
+
+    An SRE asks for most; an automatic memory cleanup is asked for by the node itself (no requester). Cleanups
+    wait (`sent_at` empty) until their pool has no other cleanup under way: one node of a pool at a time.
+    """
 
     class Op(models.TextChoices):
         RESTART = "restart", "Restart engine"
         DRAIN = "drain", "Drain"
         RESUME = "resume", "Resume"
+        CLEANUP = "cleanup", "Clean up memory"
 
     class State(models.TextChoices):
         PENDING = "pending"
@@ -130,9 +135,14 @@ class NodeCommand(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     progress = models.CharField(max_length=500, blank=True)
     result = models.TextField(blank=True)
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Empty for a cleanup the node asked for itself (fragmentation threshold or timer).
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     reason = models.TextField()
     requested_at = models.DateTimeField(auto_now_add=True)
+    # When the command went to the agent; a cleanup waits unsent while another node of its pool cleans up.
+    sent_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -144,3 +154,7 @@ class NodeCommand(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.state in {self.State.SUCCEEDED, self.State.FAILED}
+
+    @property
+    def requester(self) -> str:
+        return self.requested_by.get_username() if self.requested_by else "automatic"

@@ -10,6 +10,7 @@ from controlplane.accounts.roles import Action
 from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
 from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services import cleanup
 from controlplane.nodes.services import engine_nodes as services
 
 _NODES = EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template")
@@ -84,6 +85,19 @@ class NodeCommandList(generics.ListAPIView):
         data = validated(serializers.NodeCommandCreateSerializer, request.data)
         command = services.node_command_request(actor=request.user, node=node, op=data["op"], reason=data["reason"])
         return Response(serializers.NodeCommandSerializer(command).data, status=status.HTTP_201_CREATED)
+
+
+class PoolCleanup(APIView):
+    """Clean up the memory of every connected node of the pool, one node at a time."""
+
+    required_action = Action.NODE_OPERATE
+
+    @extend_schema(request=serializers.ReasonSerializer, responses={201: serializers.NodeCommandSerializer(many=True)})
+    def post(self, request, name):
+        pool = generics.get_object_or_404(Pool, name=name)
+        data = validated(serializers.ReasonSerializer, request.data)
+        commands = cleanup.pool_cleanup_request(actor=request.user, pool=pool, reason=data["reason"])
+        return Response(serializers.NodeCommandSerializer(commands, many=True).data, status=status.HTTP_201_CREATED)
 
 
 class PoolRollout(APIView):

@@ -47,6 +47,15 @@ def node_command(command) -> None:
     realtime.send([realtime.node_group(command.node_id)], event)
 
 
+def node_command_changed(command) -> None:
+    """A command was asked for, sent, progressed or ended: to the browsers watching its pool."""
+    from controlplane.nodes.selectors import command_summary
+
+    summary = command_summary(command=command)
+    event: realtime.NodeCommandChanged = {"type": "node.command_changed", "command": summary}
+    realtime.send([realtime.pool_group(summary["pool"])], event)
+
+
 def node_revoked(node_id: int) -> None:
     realtime.send([realtime.node_group(node_id)], {"type": "node.revoke"})
 

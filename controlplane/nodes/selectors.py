@@ -1,8 +1,10 @@
 """Reads about pools: their release timeline and the versions a rollback may return to."""
 
+import json
+
 from django.db.models import QuerySet
 
-from controlplane.nodes.models import EngineNode, Pool, PoolRelease
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease
 from controlplane.nodes.realtime import version_ref
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
@@ -90,3 +92,71 @@ def fleet_status_counts(*, now) -> dict[str, int]:
         status = node.status(now)
         counts[status] = counts.get(status, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def cleanup_figures(*, result: str) -> dict | None:
+    """The before/after figures of a finished cleanup, from the JSON result the agent reported; None otherwise."""
+    try:
+        document = json.loads(result) if result.startswith("{") else None
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    before, after = document.get("before") or {}, document.get("after") or {}
+
+    def ratio(figures: dict, key: str) -> float | None:
+        value = figures.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    figures = {
+        "trigger": str(document.get("trigger", "")),
+        "fragmentation_before": ratio(before, "fragmentation"),
+        "fragmentation_after": ratio(after, "fragmentation"),
+        "kv_usage_before": ratio(before, "kv_cache_usage"),
+        "kv_usage_after": ratio(after, "kv_cache_usage"),
+        "device": str(before.get("device") or after.get("device") or ""),
+        "duration_s": ratio(document, "duration_s"),
+        "drained_s": ratio(document, "drained_s"),
+        "error": str(document.get("error", "")),
+    }
+    figures["text"] = _cleanup_text(figures)
+    return figures
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f} %"
+
+
+def _cleanup_text(figures: dict) -> str:
+    """One line for people: fragmentation and KV-cache usage before → after, and how long the gate was closed."""
+    fragmentation = (
+        f"fragmentation {_percent(figures['fragmentation_before'])} → {_percent(figures['fragmentation_after'])}"
+    )
+    if figures["fragmentation_before"] is None and figures["fragmentation_after"] is None and figures["device"]:
+        fragmentation += f" (no allocator statistics on {figures['device']})"
+    parts = [fragmentation, f"KV cache {_percent(figures['kv_usage_before'])} → {_percent(figures['kv_usage_after'])}"]
+    if figures["duration_s"] is not None:
+        parts.append(f"{figures['duration_s']:.1f} s")
+    if figures["error"]:
+        parts.append(figures["error"])
+    return " · ".join(parts)
+
+
+def command_summary(*, command: NodeCommand) -> dict:
+    """What the node page shows of one command; also the payload of live `node.command_changed` events."""
+    return {
+        "id": command.pk,
+        "node": command.node.name,
+        "pool": command.node.pool.name,
+        "op": command.op,
+        "op_display": command.get_op_display(),
+        "state": command.state,
+        "progress": command.progress,
+        "result": command.result,
+        "figures": cleanup_figures(result=command.result) if command.op == NodeCommand.Op.CLEANUP else None,
+        "requested_by": command.requester,
+        "reason": command.reason,
+        "requested_at": command.requested_at.isoformat() if command.requested_at else None,
+        "sent_at": command.sent_at.isoformat() if command.sent_at else None,
+        "finished_at": command.finished_at.isoformat() if command.finished_at else None,
+    }

@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from controlplane.lib.serializers import StrictSerializer
 from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
+from controlplane.nodes.selectors import cleanup_figures
 from controlplane.params.serializers import FieldChangeSerializer
 
 
@@ -90,7 +91,9 @@ class NodeCommandCreateSerializer(StrictSerializer):
 
 class NodeCommandSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="node.name")
-    requested_by = serializers.CharField(source="requested_by.username")
+    # "automatic" for a cleanup the node asked for itself.
+    requested_by = serializers.CharField(source="requester")
+    figures = serializers.SerializerMethodField(help_text="A cleanup's before/after figures, once reported.")
 
     class Meta:
         model = NodeCommand
@@ -104,5 +107,12 @@ class NodeCommandSerializer(serializers.ModelSerializer):
             "requested_by",
             "reason",
             "requested_at",
+            "sent_at",
             "finished_at",
+            "figures",
         ]
+
+    def get_figures(self, command) -> dict | None:
+        if command.op != NodeCommand.Op.CLEANUP:
+            return None
+        return cleanup_figures(result=command.result)

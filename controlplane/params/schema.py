@@ -254,6 +254,44 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("engine.enable_prefix_caching", "bool", "cold", True, "vLLM --enable-prefix-caching."),
     _int("engine.max_model_len", "cold", 8192, 16, 1048576, "vLLM --max-model-len."),
+    # The seed's alert table puts memory fragmentation at 20 % warning, 35 % critical: a cleanup drains the node,
+    # so it runs automatically at the critical level and the warning stays an alert for a person.
+    _float(
+        "cleanup.fragmentation_threshold",
+        "hot",
+        0.35,
+        0,
+        1,
+        "Memory fragmentation above which a node cleans up by itself (drain, prefix-cache reset, release of "
+        "cached allocator blocks, resume), one node of the pool at a time; 1 turns it off.",
+        exclusive_minimum=True,
+    ),
+    _int(
+        "cleanup.interval_s",
+        "hot",
+        0,
+        0,
+        604800,
+        "Seconds between timed cleanups of each node (the seed's forced reclaim timer); 0 turns the timer off.",
+    ),
+    _int(
+        "cleanup.cooldown_s",
+        "hot",
+        300,
+        0,
+        86400,
+        "Least seconds between two automatic cleanups of a node, so one that cannot bring fragmentation down "
+        "does not drain the node again and again.",
+    ),
+    _int(
+        "cleanup.max_duration_s",
+        "hot",
+        60,
+        5,
+        3600,
+        "Longest a cleanup may hold the node's gate closed, drain included; past it the node resumes and the "
+        "cleanup is reported failed.",
+    ),
 )
 
 FIELDS_BY_PATH: dict[str, Field] = {f.path: f for f in FIELDS}

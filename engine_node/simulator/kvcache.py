@@ -9,7 +9,9 @@ interior free blocks (sampled after every engine step) since the last release, a
 
 Sequences that start and finish in the same steps free their blocks together and leave no hole;
 mixed lengths leave long-lived blocks above freed runs and the ratio climbs. Sleep and wake-up (which
-empties the cache and calls the equivalent of torch.cuda.empty_cache) set stranded_blocks back to 0.
+empties the cache and calls the equivalent of torch.cuda.empty_cache) set stranded_blocks back to 0, and so does
+the `release_cached_blocks` worker call (the agent's cleanup, the equivalent of torch.cuda.empty_cache) on a
+drained engine; with sequences still running only the holes below them stay stranded.
 """
 
 import heapq
@@ -78,9 +80,13 @@ class BlockPool:
         interior_free = self._highest_live + 1 - self._num_live
         self.stranded_blocks = max(self.stranded_blocks, interior_free)
 
-    def release_memory(self) -> None:
-        """Drop the allocator's cached segments; only meaningful once every block is free (sleep)."""
+    def release_memory(self) -> int:
+        """Drop the allocator's cached segments (sleep, or empty_cache through release_cached_blocks): what stays
+        stranded is only the free blocks lying below a live one now, none on an idle engine. Returns the blocks
+        no longer stranded."""
+        before = self.stranded_blocks
         self.stranded_blocks = max(0, self._highest_live + 1 - self._num_live)
+        return max(0, before - self.stranded_blocks)
 
     @property
     def fragmentation(self) -> float:

@@ -139,17 +139,23 @@ async def is_sleeping(request: web.Request) -> web.Response:
 
 
 async def collective_rpc(request: web.Request) -> web.Response:
-    """Only the "fragmentation_stats" worker method exists in the simulated workers."""
+    """The simulated workers know the agent's worker-extension methods: "fragmentation_stats" and
+    "release_cached_blocks" (the simulated torch.cuda.empty_cache)."""
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         return error_response(400, "The request body is not valid JSON.", "BadRequestError")
     method = body.get("method") if isinstance(body, dict) else None
-    if method != "fragmentation_stats":
-        return error_response(400, f"Unsupported collective_rpc method {method!r} (simulated).", "BadRequestError")
-    stats = request.app[SIMULATOR].engine.pool.fragmentation_stats()
-    # vLLM answers {"results": [one per worker]}; the stats are also at the top level for direct readers.
-    return json_response({**stats, "results": [stats]})
+    engine = request.app[SIMULATOR].engine
+    if method == "fragmentation_stats":
+        stats = engine.pool.fragmentation_stats()
+        # vLLM answers {"results": [one per worker]}; the stats are also at the top level for direct readers.
+        return json_response({**stats, "results": [stats]})
+    if method == "release_cached_blocks":
+        result = {"released_blocks": engine.pool.release_memory(), "simulated": True}
+        engine.update_gauges()
+        return json_response({"results": [result]})
+    return error_response(400, f"Unsupported collective_rpc method {method!r} (simulated).", "BadRequestError")
 
 
 async def get_faults(request: web.Request) -> web.Response:

@@ -1,7 +1,8 @@
 // The dashboard's one WebSocket helper: connects to a Channels path, shows live/reconnecting in the
-// #live-state badge, reconnects with exponential backoff (capped at 30 s), and hands each event over.
-window.connectLive = function (path, onEvent) {
-  const state = document.getElementById("live-state");
+// #live-state badge (or the element whose id is `stateId`), reconnects with exponential backoff (capped at 30 s),
+// and hands each event over.
+window.connectLive = function (path, onEvent, stateId) {
+  const state = document.getElementById(stateId || "live-state");
   let delay = 1000;
 
   function show(text, className) {

@@ -10,7 +10,13 @@ from rest_framework.test import APIClient
 
 from controlplane import api_urls
 from controlplane.accounts.roles import Role
+from controlplane.alerts.defaults import install_default_rules
+from controlplane.alerts.evaluation import evaluate
+from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, Silence
+from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
+from controlplane.datasets.services.warmup import warmup_dataset_create
+from controlplane.nodes.models import EngineNode
 from controlplane.operations.models import ConversationOverride
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
@@ -49,7 +55,18 @@ def import_upload() -> dict:
 
 
 CHAT = {"name": "chat"}
+P99 = {"name": "p99-latency"}  # a default alert rule
+RESPONDERS = frozenset({Role.ONCALL, Role.SRE, Role.ADMIN})  # alert.respond
+
+
+def _first(model) -> int:
+    """The id `alerts_world` made (1 where the fixture did not run: a refused method never reaches the row)."""
+    return model.objects.order_by("pk").values_list("pk", flat=True).first() or 1
+
+
 SHOP = {"name": "shop"}  # the intent dataset `intent_world` adds
+FAQ = {"name": "faq"}  # the warmup dataset `warmup_world` adds
+WARMUP_LOG = '{"messages": [{"role": "user", "content": "where is my order?"}]}\n'
 MATRIX: tuple[Call, ...] = (
     Call("token-issue", "POST", PUBLIC, 201, data={"username": "oncall", "password": PASSWORD}, writes=True),
     Call("me", "GET", EVERY_ROLE, 200),
@@ -116,6 +133,7 @@ MATRIX: tuple[Call, ...] = (
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
     Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-cleanup", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "fragmentation"}, writes=True),
     Call("node-list", "GET", EVERY_ROLE, 200),
     Call("node-list", "POST", OPERATORS, 201, data={"name": "gpu-2", "pool": "staging"}, writes=True),
     Call("node-detail", "GET", EVERY_ROLE, 200, {"name": "gpu-1"}),
@@ -165,6 +183,72 @@ MATRIX: tuple[Call, ...] = (
         data={"pool": "staging", "dataset": "shop", "number": 1, "reason": "better on refunds"},
         writes=True,
     ),
+    Call("warmup-dataset-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "warmup-dataset-list",
+        "POST",
+        WRITERS,
+        201,
+        data=lambda: {"name": "fresh", "format": "csv", "content": "text,intent\n我的订单到哪了,order_status\n"},
+        writes=True,
+    ),
+    Call("warmup-dataset-detail", "GET", EVERY_ROLE, 200, FAQ),
+    Call("warmup-version-list", "GET", EVERY_ROLE, 200, FAQ),
+    Call(
+        "warmup-version-list",
+        "POST",
+        WRITERS,
+        201,
+        FAQ,
+        {"base_version": 1, "source": "conversation_log", "format": "jsonl", "content": WARMUP_LOG, "top_n": 10},
+        writes=True,
+    ),
+    Call("warmup-version-detail", "GET", EVERY_ROLE, 200, {"name": "faq", "number": 1}),
+    Call("warmup-assignment-list", "GET", EVERY_ROLE, 200, data={"pool": "staging"}),
+    Call(
+        "warmup-assignment-list",
+        "POST",
+        OPERATORS,
+        201,
+        data={"pool": "staging", "dataset": "faq", "number": 1, "reason": "warm up after cold starts"},
+        writes=True,
+    ),
+    Call("metric-history", "GET", EVERY_ROLE, 200, {"scope": "pool", "name": "staging"}, {"metric": "qps"}),
+    Call("alert-rule-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "alert-rule-list",
+        "POST",
+        OPERATORS,
+        201,
+        data={
+            "name": "kv-cache-full",
+            "metric": "kv_cache_usage",
+            "scope": "node",
+            "comparison": "gt",
+            "warn": 0.9,
+            "for_s": 30,
+            "runbook": "memory-fragmentation",
+            "summary": "KV cache nearly full",
+        },
+        writes=True,
+    ),
+    Call("alert-rule-detail", "GET", EVERY_ROLE, 200, P99),
+    Call("alert-rule-version-list", "GET", EVERY_ROLE, 200, P99),
+    Call("alert-rule-version-list", "POST", OPERATORS, 201, P99, {"base_version": 1, "warn": 1.5}, writes=True),
+    Call("alert-list", "GET", EVERY_ROLE, 200, data={"state": "all"}),
+    Call("incident-list", "GET", EVERY_ROLE, 200),
+    Call("incident-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(AlertGroup)}),
+    Call("incident-ack", "POST", RESPONDERS, 200, lambda: {"pk": _first(AlertGroup)}, {"note": "on it"}, writes=True),
+    Call("silence-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "silence-list",
+        "POST",
+        RESPONDERS,
+        201,
+        data={"pool": "staging", "duration_minutes": 60, "reason": "deploying"},
+        writes=True,
+    ),
+    Call("silence-expire", "POST", RESPONDERS, 200, lambda: {"pk": _first(Silence)}, {"reason": "done"}, writes=True),
     # The API description is for signed-in users only, like every other page (SERVE_PERMISSIONS).
     Call("schema", "GET", EVERY_ROLE, 200),
     Call("docs", "GET", EVERY_ROLE, 200),
@@ -181,6 +265,34 @@ def intent_world(request):
     request.getfixturevalue("world")
     agent = request.getfixturevalue("users")["agent"]
     train_now(agent, easy_dataset(agent, "shop", templates_per_label=2), epochs=1)
+
+
+@pytest.fixture(autouse=True)
+def alerts_world(request):
+    """For the alerting rows only: the default rules, node gpu-1 lost (an incident) and a silence in effect."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith(("alert-", "incident-", "silence-")):
+        return
+    request.getfixturevalue("world")
+    install_default_rules(AlertRule, AlertRuleVersion)
+    EngineNode.objects.filter(name="gpu-1").update(is_connected=False)
+    evaluate()
+    silence_create(
+        actor=request.getfixturevalue("users")["oncall"], node="gpu-9", duration_minutes=60, reason="maintenance"
+    )
+
+
+@pytest.fixture(autouse=True)
+def warmup_world(request):
+    """For the warmup rows only: warmup dataset `faq` with its version 1."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith("warmup-"):
+        return
+    request.getfixturevalue("world")
+    agent = request.getfixturevalue("users")["agent"]
+    warmup_dataset_create(actor=agent, name="faq", content="text\nwhere is my order?\n", fmt="csv")
 
 
 def implemented_methods(pattern) -> set[str]:
@@ -241,7 +353,14 @@ def test_me_lists_the_actions_of_each_role(api_for):
         return set(api_for(role).get(reverse("api:me")).json()["allowed_actions"])
 
     assert allowed(Role.ONCALL) == {"view", "alert.respond"}
-    assert allowed(Role.AGENT) == {"view", "template.write", "whitelist.write", "override.set", "intent.train"}
+    assert allowed(Role.AGENT) == {
+        "view",
+        "template.write",
+        "whitelist.write",
+        "override.set",
+        "intent.train",
+        "warmup.write",
+    }
     assert {"pool.publish", "pool.production_override"} <= allowed(Role.SRE)
     assert "user.manage" not in allowed(Role.SRE)
     assert "user.manage" in allowed(Role.ADMIN)

@@ -10,12 +10,17 @@ from django.utils import timezone
 
 import controlplane
 from controlplane.accounts import services as accounts
+from controlplane.alerts.defaults import install_default_rules
+from controlplane.alerts.evaluation import evaluate
+from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion
+from controlplane.alerts.services import lifecycle as alert_lifecycle
+from controlplane.alerts.services import rules as alert_rules
 from controlplane.audit.models import AuditEntry
 from controlplane.audit.services import MUTATING_SERVICES
-from controlplane.datasets.services import datasets, releases, training
+from controlplane.datasets.services import datasets, releases, training, warmup
 from controlplane.lib.request_id import bind_request_id
 from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services import engine_nodes
+from controlplane.nodes.services import cleanup, engine_nodes
 from controlplane.nodes.services import pools as nodes
 from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
@@ -93,7 +98,102 @@ def _publish_then_unpublish(world, model):
     return releases.intent_model_unpublish(actor=world["admin"], pool=world["prod"], reason="regression")
 
 
+WARMUP_CSV = "text,intent\n我的订单到哪了,order_status\nwhere is my order?,order_status\n"
+
+
+def _with_warmup_then(call):
+    """Create warmup dataset `faq` (version 1), then run the call on that version."""
+
+    def run(world):
+        dataset = warmup.warmup_dataset_create(actor=world["agent"], name="faq", content=WARMUP_CSV, fmt="csv")
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, dataset.versions.get())
+
+    return run
+
+
+def _with_incident_then(call):
+    """Install the default rules, lose node gpu-1 (node-lost fires at once), then run the call on the incident."""
+
+    def run(world):
+        install_default_rules(AlertRule, AlertRuleVersion)
+        node, _ = engine_nodes.node_create(actor=world["sre"], name="gpu-1", pool=world["staging"])
+        EngineNode.objects.filter(pk=node.pk).update(is_connected=False, connected_at=timezone.now())
+        evaluate()
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, AlertGroup.objects.get(rule__name="node-lost"))
+
+    return run
+
+
+def _with_default_rules_then(call):
+    def run(world):
+        install_default_rules(AlertRule, AlertRuleVersion)
+        return call(world, AlertRule.objects.get(name="p99-latency"))
+
+    return run
+
+
+def _silence_then_expire(world):
+    silence = alert_lifecycle.silence_create(actor=world["sre"], pool="staging", duration_minutes=60, reason="deploy")
+    world["baseline"] = AuditEntry.objects.count()
+    return alert_lifecycle.silence_expire(actor=world["oncall"], silence=silence, reason="deploy done")
+
+
 CASES: dict[str, Case] = {
+    "controlplane.alerts.services.rules.alert_rule_create": Case(
+        "alert_rule.create",
+        "sre",
+        "gpu temperature",
+        lambda w: alert_rules.alert_rule_create(
+            actor=w["sre"],
+            name="kv-cache-full",
+            metric="kv_cache_usage",
+            scope="node",
+            comparison="gt",
+            warn=0.9,
+            critical=0.97,
+            for_s=30,
+            runbook="memory-fragmentation",
+            summary="KV cache nearly full",
+            comment="gpu temperature",
+        ),
+    ),
+    "controlplane.alerts.services.rules.alert_rule_version_create": Case(
+        "alert_rule.version_create",
+        "admin",
+        "festival: page earlier",
+        _with_default_rules_then(
+            lambda w, rule: alert_rules.alert_rule_version_create(
+                actor=w["admin"],
+                rule=rule,
+                base_number=rule.latest_number,
+                comment="festival: page earlier",
+                **{**rule.versions.get(number=rule.latest_number).fields(), "warn": 1.4},
+            )
+        ),
+    ),
+    "controlplane.alerts.services.lifecycle.alert_group_acknowledge": Case(
+        "alert.acknowledge",
+        "oncall",
+        "on it: host rebooting",
+        _with_incident_then(
+            lambda w, group: alert_lifecycle.alert_group_acknowledge(
+                actor=w["oncall"], group=group, note="on it: host rebooting"
+            )
+        ),
+    ),
+    "controlplane.alerts.services.lifecycle.silence_create": Case(
+        "silence.create",
+        "oncall",
+        "planned maintenance",
+        lambda w: alert_lifecycle.silence_create(
+            actor=w["oncall"], node="gpu-7", duration_minutes=120, reason="planned maintenance"
+        ),
+    ),
+    "controlplane.alerts.services.lifecycle.silence_expire": Case(
+        "silence.expire", "oncall", "deploy done", _silence_then_expire
+    ),
     "controlplane.datasets.services.datasets.intent_dataset_create": Case(
         "intent_dataset.create",
         "agent",
@@ -123,6 +223,40 @@ CASES: dict[str, Case] = {
         "admin",
         "regression",
         _with_intent_model_then(_publish_then_unpublish),
+    ),
+    "controlplane.datasets.services.warmup.warmup_dataset_create": Case(
+        "warmup_dataset.create",
+        "agent",
+        "festival FAQs",
+        lambda w: warmup.warmup_dataset_create(
+            actor=w["agent"], name="faq", content=WARMUP_CSV, fmt="csv", comment="festival FAQs"
+        ),
+    ),
+    "controlplane.datasets.services.warmup.warmup_version_create": Case(
+        "warmup_dataset.version_create",
+        "sre",
+        "from the festival log",
+        _with_warmup_then(
+            lambda w, v: warmup.warmup_version_create(
+                actor=w["sre"],
+                dataset=v.dataset,
+                base_number=1,
+                content='{"messages": [{"role": "user", "content": "where is my order?"}]}',
+                fmt="jsonl",
+                source="conversation_log",
+                comment="from the festival log",
+            )
+        ),
+    ),
+    "controlplane.datasets.services.warmup.pool_warmup_assign": Case(
+        "warmup.assign",
+        "sre",
+        "cold starts after deploys",
+        _with_warmup_then(
+            lambda w, v: warmup.pool_warmup_assign(
+                actor=w["sre"], pool=w["staging"], version=v, reason="cold starts after deploys"
+            )
+        ),
     ),
     "controlplane.operations.services.override_set": Case(
         "override.set",
@@ -166,6 +300,22 @@ CASES: dict[str, Case] = {
         "engine wedged",
         _with_node_then(
             lambda w, n: engine_nodes.node_command_request(actor=w["sre"], node=n, op="restart", reason="engine wedged")
+        ),
+    ),
+    "controlplane.nodes.services.cleanup.node_cleanup_request": Case(
+        "node.cleanup",
+        "sre",
+        "fragmentation at 41 %",
+        _with_node_then(
+            lambda w, n: cleanup.node_cleanup_request(actor=w["sre"], node=n, reason="fragmentation at 41 %")
+        ),
+    ),
+    "controlplane.nodes.services.cleanup.pool_cleanup_request": Case(
+        "pool.cleanup",
+        "sre",
+        "weekly cleanup",
+        _with_node_then(
+            lambda w, n: cleanup.pool_cleanup_request(actor=w["sre"], pool=n.pool, reason="weekly cleanup")
         ),
     ),
     "controlplane.accounts.services.user_create": Case(

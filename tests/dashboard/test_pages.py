@@ -4,11 +4,18 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from controlplane.accounts.roles import Role
+from controlplane.alerts.defaults import install_default_rules
+from controlplane.alerts.evaluation import evaluate
+from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion
+from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
 from controlplane.datasets.services.releases import intent_model_publish
-from controlplane.nodes.models import Pool
+from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.services import override_set
 from controlplane.params.services.templates import template_version_create
@@ -19,8 +26,10 @@ from tests.factories import legal_whitelist, pools, template_with_versions
 pytestmark = pytest.mark.django_db
 
 ALL = set(Role.values)
+WARMUP_CSV = b"text,intent\nwhere is my order?,order_status\n"
 WRITERS = {Role.AGENT, Role.SRE, Role.ADMIN}
 OPERATORS = {Role.SRE, Role.ADMIN}
+RESPONDERS = {Role.ONCALL, Role.SRE, Role.ADMIN}
 
 
 @pytest.fixture
@@ -35,7 +44,24 @@ def world(users):
     model = train_now(sre, easy_dataset(sre, "shop", templates_per_label=2), epochs=1)
     intent_model_publish(actor=sre, pool=prod, intent_model=model, reason="first model")
     override = override_set(actor=sre, pool=None, conversation="conv-1", tier="strict", reason="refund dispute")
-    return {"staging": staging, "prod": prod, "versions": versions, "override": override}
+    # Warmup dataset `faq` (version 1), the warmup of prod-main.
+    faq = warmup_dataset_create(actor=sre, name="faq", content=WARMUP_CSV, fmt="csv")
+    pool_warmup_assign(actor=sre, pool=prod, version=faq.versions.get(), reason="first warmup")
+    node_create(actor=sre, name="gpu-1", pool=staging)
+    # An incident (node gpu-lost of prod-main lost) and a silence in effect, for the on-call page.
+    install_default_rules(AlertRule, AlertRuleVersion)
+    lost, _ = node_create(actor=sre, name="gpu-lost", pool=prod)
+    EngineNode.objects.filter(pk=lost.pk).update(connected_at=lost.created_at)
+    evaluate()
+    silence = silence_create(actor=sre, node="gpu-9", duration_minutes=60, reason="maintenance")
+    return {
+        "staging": staging,
+        "prod": prod,
+        "versions": versions,
+        "override": override,
+        "incident": AlertGroup.objects.get(),
+        "silence": silence,
+    }
 
 
 def client_for(user) -> Client:
@@ -57,10 +83,19 @@ PAGES = [
     ("dashboard:pools", {}, ALL),
     ("dashboard:pool-detail", {"name": "staging"}, ALL),
     ("dashboard:pool-rollback", {"name": "staging"}, OPERATORS),
+    ("dashboard:node-detail", {"name": "gpu-1"}, ALL),
     ("dashboard:overrides", {}, ALL),
     ("dashboard:intents", {}, ALL),
     ("dashboard:intent-dataset", {"name": "shop"}, ALL),
     ("dashboard:intent-model", {"name": "shop", "number": 1}, ALL),
+    ("dashboard:warmup", {}, ALL),
+    ("dashboard:warmup-dataset", {"name": "faq"}, ALL),
+    ("dashboard:warmup-version", {"name": "faq", "number": 1}, ALL),
+    ("dashboard:oncall", {}, ALL),
+    ("dashboard:alert-rules", {}, ALL),
+    ("dashboard:alert-rule", {"name": "p99-latency"}, ALL),
+    ("dashboard:runbooks", {}, ALL),
+    ("dashboard:runbook", {"slug": "batch-timeout-exceeded"}, ALL),
     ("dashboard:audit", {}, ALL),
     ("dashboard:users", {}, {Role.ADMIN}),
 ]
@@ -94,6 +129,8 @@ WRITES = [
     ("dashboard:pools", {}, {"name": "long-context", "description": "x"}, OPERATORS),
     ("dashboard:pool-publish", {"name": "prod-main"}, {"version": "chat:2", "reason": "ok"}, OPERATORS),
     ("dashboard:pool-rollback", {"name": "staging"}, {"version": "chat:1", "reason": "regression"}, OPERATORS),
+    ("dashboard:node-command", {"name": "gpu-1"}, {"op": "cleanup", "reason": "fragmentation"}, OPERATORS),
+    ("dashboard:pool-cleanup", {"name": "staging"}, {"reason": "weekly cleanup"}, OPERATORS),
     (
         "dashboard:overrides",
         {},
@@ -110,8 +147,51 @@ WRITES = [
     ("dashboard:intent-dataset", {"name": "shop"}, {"epochs": 1}, WRITERS),
     ("dashboard:intent-publish", {"name": "shop", "number": 1}, {"pool": "staging", "reason": "better"}, OPERATORS),
     ("dashboard:intent-builtin", {"name": "prod-main"}, {"reason": "regression"}, OPERATORS),
+    (
+        "dashboard:warmup",
+        {},
+        lambda: {"name": "uploaded", "source": "upload", "file": SimpleUploadedFile("warmup.csv", WARMUP_CSV)},
+        WRITERS,
+    ),
+    (
+        "dashboard:warmup-dataset",
+        {"name": "faq"},
+        lambda: {
+            "base_version": 1,
+            "source": "conversation_log",
+            "top_n": 10,
+            "file": SimpleUploadedFile("log.jsonl", b'{"messages": [{"role": "user", "content": "hi"}]}'),
+        },
+        WRITERS,
+    ),
+    ("dashboard:warmup-assign", {"name": "faq"}, {"pool": "staging", "version": 1, "reason": "cold starts"}, OPERATORS),
     ("dashboard:users", {}, {"username": "newbie", "password": "long-enough-pass", "role": "oncall"}, {Role.ADMIN}),
     ("dashboard:user-update", {"name": "x"}, {"role": "sre", "is_active": "on"}, {Role.ADMIN}),
+    ("dashboard:incident-ack", {"pk": 0}, {"note": "on it"}, RESPONDERS),
+    (
+        "dashboard:silence-create",
+        {},
+        {"rule": "node-lost", "pool": "prod-main", "node": "", "duration_minutes": 60, "reason": "maintenance"},
+        RESPONDERS,
+    ),
+    ("dashboard:silence-expire", {"pk": 0}, {"reason": "done"}, RESPONDERS),
+    (
+        "dashboard:alert-rule",
+        {"name": "p99-latency"},
+        {
+            "base_version": 1,
+            "metric": "latency_p99_s",
+            "scope": "node",
+            "comparison": "gt",
+            "warn": 1.5,
+            "critical": 2.0,
+            "for_s": 10,
+            "runbook": "p99-latency",
+            "summary": "P99 above the line",
+            "is_enabled": "on",
+        },
+        OPERATORS,
+    ),
 ]
 
 
@@ -122,6 +202,12 @@ def test_page_writes(world, users, role, name, kwargs, data, allowed):
         kwargs = {"username": Role.ONCALL}
     if name == "dashboard:override-revoke":
         kwargs = {"pk": world["override"].pk}
+    if name == "dashboard:incident-ack":
+        kwargs = {"pk": world["incident"].pk}
+    if name == "dashboard:silence-expire":
+        kwargs = {"pk": world["silence"].pk}
+    if name in {"dashboard:node-command", "dashboard:pool-cleanup"}:
+        EngineNode.objects.filter(name="gpu-1").update(is_connected=True, last_seen_at=timezone.now())
     before = AuditEntry.objects.count()
     data = data() if callable(data) else data  # a fresh upload each time: a file is read once
     response = client_for(users[role]).post(reverse(name, kwargs=kwargs), data)

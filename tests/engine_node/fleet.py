@@ -111,8 +111,10 @@ class AgentProcess:
 class Traffic:
     """Steady chat requests to every agent from background threads; counts outcomes by status."""
 
-    def __init__(self, agents: list[AgentProcess], per_agent_threads: int = 2):
+    def __init__(self, agents: list[AgentProcess], per_agent_threads: int = 2, texts: list[str] | None = None):
+        """`texts`: messages sent in turn (numbered so no two are alike); the default is one fixed message."""
         self.agents = agents
+        self.texts = texts
         self.outcomes: Counter = Counter()
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -125,11 +127,15 @@ class Traffic:
     def _loop(self, agent: AgentProcess) -> None:
         while not self._stop.is_set():
             try:
-                status, _ = agent.chat()
+                status, _ = agent.chat(self._text()) if self.texts else agent.chat()
             except Exception as exc:  # a reset or refused connection is exactly what must not happen
                 status = "exception"
                 self.errors.append(f"{agent.name}: {exc!r}")
             self.outcomes[status] += 1
+
+    def _text(self) -> str:
+        count = sum(self.outcomes.values())
+        return f"{self.texts[count % len(self.texts)]} #{count}"
 
     def __enter__(self):
         for thread in self._threads:

@@ -238,7 +238,12 @@ def test_degradation_wins_over_the_override(tmp_path_factory):
 
 
 def test_a_burst_beyond_the_queue_gets_429_with_retry_after_while_admitted_requests_complete(tmp_path_factory):
-    params = {"batch": {"max_size": 1, "min_size": 1, "max_queue": 2}, "max_tokens": {"default": 64}}
+    # Two sequences at a time on the engine, so the gateway has at most two in flight and queues the rest.
+    params = {
+        "batch": {"max_size": 1, "min_size": 1, "max_queue": 2},
+        "max_tokens": {"default": 64},
+        "engine": {"max_num_seqs": 2},
+    }
     small = start_node(tmp_path_factory, "small-queue-node", params=params)
     body = json.dumps({"model": "simulated-chat-model", "messages": [{"role": "user", "content": "hello"}]}).encode()
     try:

@@ -8,9 +8,11 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.roles import Action
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
+from controlplane.dashboard.charts import node_charts
 from controlplane.lib.errors import DomainError
 from controlplane.nodes import selectors
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
+from controlplane.nodes.services import cleanup
 from controlplane.nodes.services import engine_nodes as services
 
 
@@ -62,9 +64,12 @@ def _render_node(request, name, *, issued):
         {
             "node": node,
             "summary": selectors.node_summary(node=node, now=timezone.now()),
-            "commands": node.commands.select_related("requested_by")[:20],
+            "commands": [
+                selectors.command_summary(command=c) for c in node.commands.select_related("requested_by")[:20]
+            ],
             "ops": NodeCommand.Op.choices,
             "issued": issued,
+            "charts": node_charts(node),
         },
     )
 
@@ -82,6 +87,21 @@ def node_command(request, name):
     else:
         messages.success(request, f"Sent {command.get_op_display().lower()} to {node.name}.")
     return redirect("dashboard:node-detail", name=name)
+
+
+@require_POST
+@page(write_action=Action.NODE_OPERATE)
+def pool_cleanup(request, name):
+    """Clean up every connected node of the pool, one node at a time."""
+    pool = get_object_or_404(Pool, name=name)
+    try:
+        commands = cleanup.pool_cleanup_request(actor=request.user, pool=pool, reason=request.POST.get("reason", ""))
+    except DomainError as exc:
+        messages.error(request, f"Nothing sent. {exc.message}")
+    else:
+        names = ", ".join(c.node.name for c in commands)
+        messages.success(request, f"Memory cleanup of {pool.name} started, one node at a time: {names}.")
+    return redirect("dashboard:pool-detail", name=name)
 
 
 @require_POST

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
 from controlplane.dashboard.access import page
+from controlplane.dashboard.charts import fleet_charts
 from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.nodes.selectors import fleet_status_counts
 from controlplane.params.models import ParameterTemplate
@@ -21,5 +22,6 @@ def overview(request):
             "templates": ParameterTemplate.objects.all(),
             "releases": PoolRelease.objects.select_related("pool", "version__template", "actor")[:10],
             "recent": AuditEntry.objects.all()[:10],
+            "charts": fleet_charts(),
         },
     )

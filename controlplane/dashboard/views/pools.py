@@ -8,6 +8,7 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.roles import Action
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
+from controlplane.dashboard.charts import pool_charts
 from controlplane.lib.errors import DomainError, InvalidField
 from controlplane.nodes import selectors
 from controlplane.nodes.models import Pool
@@ -52,6 +53,7 @@ def _render_pool(request, name, publish_form=None, status=200):
             "previous": selectors.pool_previous_version(pool=pool),
             "rollout": selectors.pool_rollout(pool=pool, now=timezone.now()),
             "publish_form": publish_form or forms.PublishForm(),
+            "charts": pool_charts(pool),
         },
         status=status,
     )

@@ -11,6 +11,7 @@ from django.utils import timezone
 from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.selectors import node_summary
+from controlplane.nodes.services import cleanup
 from controlplane.params.models import TemplateVersion
 
 LOG_TAIL_LINES = 50
@@ -115,10 +116,17 @@ def node_command_progress(*, node_id: int, command_id: int, state: str, progress
     if state not in NodeCommand.State.values:
         return
     updates = {"state": state, "progress": progress[:500], "result": result[:4000]}
-    if state in {NodeCommand.State.SUCCEEDED, NodeCommand.State.FAILED}:
+    finished = state in {NodeCommand.State.SUCCEEDED, NodeCommand.State.FAILED}
+    if finished:
         updates["finished_at"] = timezone.now()
-    NodeCommand.objects.filter(pk=command_id, node_id=node_id, finished_at__isnull=True).update(**updates)
-    _broadcast(EngineNode.objects.get(pk=node_id))
+    changed = NodeCommand.objects.filter(pk=command_id, node_id=node_id, finished_at__isnull=True).update(**updates)
+    node = EngineNode.objects.get(pk=node_id)
+    _broadcast(node)
+    command = NodeCommand.objects.select_related("node__pool").filter(pk=command_id, node_id=node_id).first()
+    if changed and command is not None:
+        realtime.node_command_changed(command)
+        if finished and command.op == NodeCommand.Op.CLEANUP:
+            cleanup.cleanup_dispatch_next(pool_id=node.pool_id)
 
 
 def node_disconnected(*, node_id: int, session_id: str) -> None:
@@ -128,6 +136,8 @@ def node_disconnected(*, node_id: int, session_id: str) -> None:
     node = EngineNode.objects.filter(pk=node_id).first()
     if node is not None:
         _broadcast(node)
+        # A cleanup under way on it no longer holds its pool's lease; the next node may go.
+        cleanup.cleanup_dispatch_next(pool_id=node.pool_id)
 
 
 def _locked(node_id: int) -> EngineNode:

@@ -7,6 +7,7 @@ from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, InvalidField, check_slug, required_text
 from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
+from controlplane.nodes.services import cleanup
 
 
 @mutating_service
@@ -75,17 +76,23 @@ def node_token_revoke(*, actor, node: EngineNode, reason: str) -> EngineNode:
 
 @mutating_service
 def node_command_request(*, actor, node: EngineNode, op: str, reason: str) -> NodeCommand:
-    """Ask a connected node to restart its engine, drain, or resume; progress comes back from the agent."""
+    """Ask a connected node to restart its engine, drain, resume or clean up its memory; progress comes back from
+    the agent. A cleanup waits its turn in the pool (controlplane/nodes/services/cleanup.py)."""
     reason = required_text("reason", reason)
     if op not in NodeCommand.Op.values:
         raise InvalidField("op", f"must be one of {', '.join(NodeCommand.Op.values)}; got {op!r}")
+    if op == NodeCommand.Op.CLEANUP:
+        return cleanup.node_cleanup_request(actor=actor, node=node, reason=reason)
     with transaction.atomic():
         locked = EngineNode.objects.select_for_update().get(pk=node.pk)
         if locked.is_lost(timezone.now()):
             raise Conflict(f"node: {locked.name} is not connected; the command could not reach it")
         if locked.commands.filter(state__in=[NodeCommand.State.PENDING, NodeCommand.State.RUNNING]).exists():
             raise Conflict(f"node: {locked.name} is still carrying out an earlier command")
-        command = NodeCommand.objects.create(node=locked, op=op, requested_by=actor, reason=reason)
+        command = NodeCommand.objects.create(
+            node=locked, op=op, requested_by=actor, reason=reason, sent_at=timezone.now()
+        )
         audit_record(actor=actor, action=f"node.{op}", target=locked, after={"command": command.pk}, reason=reason)
         transaction.on_commit(lambda: realtime.node_command(command))
+        transaction.on_commit(lambda: realtime.node_command_changed(command))
     return command

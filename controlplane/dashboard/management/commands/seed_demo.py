@@ -1,4 +1,5 @@
-"""Seed demo data: the seed's template as version 1 on both pools, the `legal` whitelist, one user per role."""
+"""Seed demo data: the seed's template as version 1 on both pools, the `legal` whitelist, one user per role, the
+intent dataset and the `faq-warmup` warmup dataset of both pools."""
 
 from pathlib import Path
 
@@ -8,8 +9,11 @@ from django.db import transaction
 from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
 from controlplane.accounts.services import user_create
-from controlplane.datasets.models import IntentDataset
+from controlplane.alerts.defaults import install_default_rules
+from controlplane.alerts.models import AlertRule, AlertRuleVersion
+from controlplane.datasets.models import IntentDataset, WarmupDataset, WarmupDatasetVersion
 from controlplane.datasets.services.datasets import intent_dataset_create
+from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist
@@ -18,6 +22,7 @@ from controlplane.params.services.whitelists import whitelist_create
 from engine_node.policy.dataset import DATASET_PATH as INTENTS_JSONL
 
 SEED_YAML = Path(__file__).resolve().parents[3] / "params" / "fixtures" / "seed_inference_params.yaml"
+FESTIVAL_LOG = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "festival_conversations.jsonl"
 DEMO_PASSWORD_SUFFIX = "-demo-pass"
 
 
@@ -67,9 +72,31 @@ class Command(BaseCommand):
                     content=INTENTS_JSONL.read_bytes(),
                     fmt="jsonl",
                 )
+            self._warmup(admin)
+            # The migration installs the default alert rules; a flushed database (tests) gets them here.
+            install_default_rules(AlertRule, AlertRuleVersion)
         self.stdout.write("Demo logins (user / password):")
         for role in Role.values:
             self.stdout.write(f"  {role:<7} {role} / {role}{DEMO_PASSWORD_SUFFIX}")
+
+    def _warmup(self, admin: User) -> None:
+        """`faq-warmup`: the top queries of a sales-festival conversation log, the warmup of both pools."""
+        if not WarmupDataset.objects.filter(name="faq-warmup").exists():
+            warmup_dataset_create(
+                actor=admin,
+                name="faq-warmup",
+                description="The most frequent customer questions of the Singles' Day sale.",
+                content=FESTIVAL_LOG.read_bytes(),
+                fmt="jsonl",
+                source=WarmupDatasetVersion.Source.CONVERSATION_LOG,
+                top_n=100,
+                comment="seed: top 100 queries of 300 festival conversations",
+            )
+        version = WarmupDatasetVersion.objects.get(dataset__name="faq-warmup", number=1)
+        for name in ("staging", "prod-main"):
+            pool = Pool.objects.get(name=name)
+            if not pool.warmups.exists():
+                pool_warmup_assign(actor=admin, pool=pool, version=version, reason="seed: warm up on festival FAQs")
 
     def _users(self) -> User:
         admin = User.objects.filter(username=Role.ADMIN).first()

@@ -1,0 +1,136 @@
+"""The default rule pack: the seed's monitoring thresholds ("监控阈值建议") plus the fleet's own failure signals.
+
+Installed once by a data migration as version 1 of each rule (author: none, the system); SREs edit from there.
+
+`for_s` choices:
+- P99 latency, 10 s: the agent's p99 is already over a 10 s sliding window, so one burst of slow requests lifts it
+  for at most one window; staying above the line for another 10 s is a sustained regression. Firing within ~20 s
+  of onset is what a 2 s SLO during a sales festival needs.
+- Batch idle and spec-decode rejection, 30 s: both swing with the request mix second by second; half a minute is
+  a trend, and neither hurts users within that time.
+- Fragmentation and long requests, 60 s: slow-moving by nature (memory layout, traffic mix); the response
+  (clean-up, routing long requests to their queue) is not urgent by the second.
+- Node lost, engine restarts, rollout NACKed, metrics stale: 0 s. Each is already a debounced fact (the node was
+  silent for NODE_LOST_AFTER_S, the counter rose three times, the node refused the version, no sample for 10 s).
+"""
+
+DEFAULT_RULES: tuple[dict, ...] = (
+    {
+        "name": "p99-latency",
+        "metric": "latency_p99_s",
+        "scope": "node",
+        "comparison": "gt",
+        "warn": 1.6,
+        "critical": 2.0,
+        "for_s": 10,
+        "runbook": "p99-latency",
+        "summary": "P99 end-to-end latency above the SLO line (seed: 1.6 s warning, 2.0 s critical)",
+    },
+    {
+        "name": "batch-idle",
+        "metric": "batch_idle_ratio",
+        "scope": "node",
+        "comparison": "gt",
+        "warn": 0.15,
+        "critical": 0.25,
+        "for_s": 30,
+        "runbook": "batch-idle",
+        "summary": "Batches run idle (批处理空跑率): seed 15 % warning, 25 % critical",
+    },
+    {
+        "name": "spec-decode-rejection",
+        "metric": "spec_rejection_rate",
+        "scope": "node",
+        "comparison": "gt",
+        "warn": 0.40,
+        "critical": 0.60,
+        "for_s": 30,
+        "runbook": "spec-decode-rejection",
+        "summary": "Speculative decoding rejects the draft's tokens (推测解码拒绝率): seed 40 % / 60 %",
+    },
+    {
+        "name": "memory-fragmentation",
+        "metric": "fragmentation_ratio",
+        "scope": "node",
+        "comparison": "gt",
+        "warn": 0.20,
+        "critical": 0.35,
+        "for_s": 60,
+        "runbook": "memory-fragmentation",
+        "summary": "GPU memory fragmentation (显存碎片率): seed 20 % warning, 35 % critical",
+    },
+    {
+        "name": "long-requests",
+        "metric": "long_request_share",
+        "scope": "pool",
+        "comparison": "gt",
+        "warn": 0.05,
+        "critical": None,
+        "for_s": 60,
+        "runbook": "long-requests",
+        "summary": "More than 5 % of a pool's requests are above 1k tokens (seed: >1k tokens 请求超 5%)",
+    },
+    {
+        "name": "node-lost",
+        "metric": "node_lost",
+        "scope": "node",
+        "comparison": "ge",
+        "warn": 1,
+        "critical": 1,
+        "for_s": 0,
+        "runbook": "node-lost",
+        "summary": "Node lost: no connection, or no heartbeat for NODE_LOST_AFTER_S",
+    },
+    {
+        "name": "engine-restarting",
+        "metric": "engine_restarts_10m",
+        "scope": "node",
+        "comparison": "ge",
+        "warn": 3,
+        "critical": 6,
+        "for_s": 0,
+        "runbook": "engine-restarting",
+        "summary": "The engine restarted 3 times or more within 10 minutes (6: critical)",
+    },
+    {
+        "name": "rollout-nacked",
+        "metric": "rollout_nacked",
+        "scope": "node",
+        "comparison": "ge",
+        "warn": 1,
+        "critical": None,
+        "for_s": 0,
+        "runbook": "rollout-nacked",
+        "summary": "A node refused (NACKed) its pool's desired version and keeps running the old one",
+    },
+    {
+        "name": "metrics-stale",
+        "metric": "metrics_stale_s",
+        "scope": "node",
+        "comparison": "gt",
+        "warn": 10,
+        "critical": None,
+        "for_s": 0,
+        "runbook": "metrics-stale",
+        "summary": "A connected node sent no metric sample for more than 10 s",
+    },
+)
+
+DEFAULT_COMMENT = "default pack: the seed's monitoring thresholds and the fleet's failure signals"
+
+
+def install_default_rules(rule_model, version_model) -> int:
+    """Create each default rule that does not exist yet (by name); returns how many were created.
+
+    Takes the model classes so the data migration can pass its historical models and `seed_demo` the real ones.
+    """
+    created = 0
+    for spec in DEFAULT_RULES:
+        fields = dict(spec)
+        name = fields.pop("name")
+        if rule_model.objects.filter(name=name).exists():
+            continue
+        rule = rule_model.objects.create(name=name, latest_number=1)
+        version_model.objects.create(rule=rule, number=1, comment=DEFAULT_COMMENT, is_enabled=True, **fields)
+        created += 1
+    return created

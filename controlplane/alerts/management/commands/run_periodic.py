@@ -1,0 +1,134 @@
+"""Run every CELERY_BEAT_SCHEDULE entry in this process at its period: embedded mode's Celery beat and worker.
+
+Without Redis the channel layer lives in one process's memory, so events sent by periodic work (alerts firing,
+metric aggregates) reach browsers only from inside the server's process: `--serve HOST:PORT` starts daphne
+here, with the schedule in threads beside it. That is how `scripts/run.sh` starts embedded mode.
+"""
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from celery.schedules import schedule as celery_schedule
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections, connections
+
+from controlplane.celery import app
+
+log = logging.getLogger("controlplane.periodic")
+
+
+class Entry:
+    """One schedule entry: its task and how many seconds until it is due again."""
+
+    def __init__(self, name: str, spec: dict):
+        self.name = name
+        self.task_name = spec["task"]
+        self.args = tuple(spec.get("args", ()))
+        self.kwargs = dict(spec.get("kwargs", {}))
+        every = spec["schedule"]
+        if isinstance(every, int | float):
+            self.period_s, self.schedule = float(every), None
+        elif isinstance(every, timedelta):
+            self.period_s, self.schedule = every.total_seconds(), None
+        else:  # a celery schedule (crontab, solar, ...): ask it when it is due
+            self.period_s, self.schedule = None, every
+        if self.period_s is not None and self.period_s <= 0:
+            raise CommandError(f"{name}: schedule must be positive, got {every!r}")
+        self.last_run_at = None
+
+    def task(self):
+        try:
+            return app.tasks[self.task_name]
+        except KeyError:
+            raise CommandError(f"{self.name}: no task named {self.task_name!r}") from None
+
+    def run(self) -> bool:
+        """Run the task once in this thread; True when it succeeded (a failure is logged, never raised)."""
+        result = self.task().apply(args=self.args, kwargs=self.kwargs)
+        if result.failed():
+            log.error("%s (%s) failed: %s", self.name, self.task_name, result.traceback or result.result)
+            return False
+        return True
+
+    def seconds_until_due(self, last_started: float) -> float:
+        if self.schedule is None:
+            return max(0.0, last_started + self.period_s - time.monotonic())
+        if isinstance(self.schedule, celery_schedule) and self.schedule.app is None:
+            self.schedule.app = app
+        _, next_s = self.schedule.is_due(self.last_run_at) if self.last_run_at else (True, 0.0)
+        return max(0.0, float(next_s))
+
+
+def entries_from_settings(only: list[str] | None = None) -> list[Entry]:
+    beat = settings.CELERY_BEAT_SCHEDULE
+    unknown = sorted(set(only or ()) - set(beat))
+    if unknown:
+        raise CommandError(f"no CELERY_BEAT_SCHEDULE entry named {', '.join(unknown)}; known: {', '.join(beat)}")
+    app.loader.import_default_modules()  # registers every app's tasks.py
+    entries = [Entry(name, spec) for name, spec in beat.items() if not only or name in only]
+    for entry in entries:
+        entry.task()
+    return entries
+
+
+def run_forever(entry: Entry, stop: threading.Event) -> None:
+    """Run at a fixed rate; a run longer than the period skips the ticks it overran instead of piling up."""
+    from django.utils import timezone
+
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            entry.last_run_at = timezone.now()
+            close_old_connections()
+            entry.run()
+            close_old_connections()
+            stop.wait(entry.seconds_until_due(started))
+    finally:
+        connections.close_all()
+
+
+class Command(BaseCommand):
+    help = "Run every CELERY_BEAT_SCHEDULE entry in this process at its period (embedded mode: no worker, no beat)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="run each entry once, in order, then exit")
+        parser.add_argument("--only", action="append", metavar="NAME", help="run only this entry (repeatable)")
+        parser.add_argument(
+            "--serve", metavar="HOST:PORT", help="also serve controlplane.asgi with daphne in this process"
+        )
+
+    def handle(self, *args, once=False, only=None, serve=None, **options):
+        entries = entries_from_settings(only)
+        if once:
+            failed = [e.name for e in entries if not e.run()]
+            if failed:
+                raise CommandError(f"failed: {', '.join(failed)}")
+            self.stdout.write(f"ran {', '.join(e.name for e in entries)}")
+            return
+        stop = threading.Event()
+        for entry in entries:
+            threading.Thread(target=run_forever, args=(entry, stop), name=f"periodic-{entry.name}", daemon=True).start()
+        self.stdout.write(
+            "periodic: " + ", ".join(f"{e.name} every {e.period_s:g} s" if e.period_s else e.name for e in entries)
+        )
+        try:
+            if serve:
+                self._serve(serve)
+            else:
+                while not stop.wait(3600):
+                    pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop.set()
+
+    def _serve(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise CommandError(f"--serve: expected HOST:PORT, got {address!r}")
+        from daphne.cli import CommandLineInterface
+
+        CommandLineInterface().run(["--bind", host, "--port", port, "controlplane.asgi:application"])

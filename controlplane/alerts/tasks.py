@@ -1,0 +1,79 @@
+"""Background work of alerting: the periodic evaluation pass and the webhook deliveries."""
+
+import logging
+import threading
+import time
+
+from celery import shared_task
+from django.conf import settings
+from django.db import connections
+
+from controlplane.alerts.evaluation import evaluate_claimed
+from controlplane.alerts.notifications import WebhookFailed, notification_send
+
+logger = logging.getLogger(__name__)
+
+# Webhook retries: 2, 4, 8, 16, 32 s apart (about a minute in all), then the row keeps its last error.
+MAX_RETRIES = 5
+BACKOFF_S = 2
+
+
+@shared_task(ignore_result=True, acks_late=False)
+def alerts_evaluate() -> dict:
+    """One evaluation pass, if no other worker is running one (see evaluate_claimed)."""
+    report = evaluate_claimed()
+    if report.claimed and (report.events or report.notifications):
+        logger.info(
+            "alerts: %s events, %s notifications, %s queries, %.0f ms",
+            report.events,
+            report.notifications,
+            report.queries,
+            report.duration_ms,
+        )
+    return {"claimed": report.claimed, "queries": report.queries, "duration_ms": report.duration_ms}
+
+
+@shared_task(
+    bind=True,
+    ignore_result=True,
+    acks_late=True,
+    autoretry_for=(WebhookFailed,),
+    max_retries=MAX_RETRIES,
+    retry_backoff=BACKOFF_S,
+    retry_jitter=False,
+)
+def alert_notification_send(self, notification_id: int) -> None:
+    """POST one queued webhook message; a vanished or already-sent one is a no-op."""
+    notification_send(notification_id=notification_id)
+
+
+def alert_notification_enqueue(notification_id: int) -> None:
+    """Hand a queued message to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
+
+    An eager task runs inside its caller, and the caller is the evaluation pass: a slow or dead receiver must not
+    hold evaluation up, so the eager delivery, with its retries, moves to its own thread.
+    """
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        thread = threading.Thread(
+            target=_send_here, args=(notification_id,), name=f"alert-webhook-{notification_id}", daemon=True
+        )
+        thread.start()
+    else:
+        alert_notification_send.delay(notification_id)
+
+
+def _send_here(notification_id: int) -> None:
+    try:
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                notification_send(notification_id=notification_id)
+                return
+            except WebhookFailed:
+                if attempt == MAX_RETRIES:
+                    logger.error("alert webhook: notification %s not delivered, giving up", notification_id)
+                    return
+                time.sleep(BACKOFF_S * 2**attempt)
+    except Exception:
+        logger.exception("alert webhook: notification %s: sender thread failed", notification_id)
+    finally:
+        connections.close_all()

@@ -1,0 +1,96 @@
+"""The agent's 1 Hz metric sample: gateway request figures, admission batches, the engine's /metrics, the GPU.
+
+`Telemetry.collect()` scrapes the engine and builds one `{"type": "sample", "t", "window_s", "m"}` message; every
+key of `m` is always present (None when unknown). The agent sends it over the control link only while connected
+and never queues it. Keys and their definitions: SAMPLE_KEYS below, requests.py (request and batch windows),
+engine_scrape.py (engine and GPU figures); queue depths are instant, batch efficiency and idle ratio are the
+admission gate's own window figures (engine_node/admission.py), `degraded` is the pool's degradation state in the
+policy bundle and `engine_restarts` counts the engine restarts since the agent started (planned and crash).
+"""
+
+import math
+import time
+from collections.abc import Callable
+
+from engine_node.telemetry.engine_scrape import EngineScraper, GpuUtilisation, parse_engine_metrics
+from engine_node.telemetry.requests import BatchLog, RequestLog
+
+__all__ = [
+    "SAMPLE_KEYS",
+    "WINDOW_S",
+    "BatchLog",
+    "EngineScraper",
+    "GpuUtilisation",
+    "RequestLog",
+    "Telemetry",
+    "parse_engine_metrics",
+]
+
+WINDOW_S = 10
+SAMPLE_KEYS = (
+    "qps", "latency_p50_s", "latency_p99_s", "latency_p999_s", "ttft_p50_s", "ttft_p99_s", "error_rate",
+    "rejected_rate", "requests_running", "requests_waiting", "kv_cache_usage", "queue_depth_short",
+    "queue_depth_long", "batch_size_mean", "batch_size_hist", "batch_efficiency", "batch_idle_ratio",
+    "spec_acceptance_rate", "spec_rejection_rate", "fragmentation_ratio", "gpu_util", "sm_util", "length_hist",
+    "long_request_share", "intents", "tiers", "degraded", "engine_restarts",
+)  # fmt: skip
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+class Telemetry:
+    """Builds samples from the request and batch logs, the admission gate, the engine scraper and the GPU reader."""
+
+    def __init__(
+        self,
+        *,
+        requests: RequestLog,
+        batches: BatchLog,
+        admission,
+        scraper: EngineScraper,
+        gpu: GpuUtilisation | None,
+        degraded: Callable[[], bool],
+        engine_restarts: Callable[[], int],
+        wall=time.time,
+    ):
+        self.requests = requests
+        self.batches = batches
+        self.admission = admission
+        self.scraper = scraper
+        self.gpu = gpu
+        self._degraded = degraded
+        self._engine_restarts = engine_restarts
+        self._wall = wall
+        self.last: dict | None = None
+
+    async def collect(self) -> dict:
+        """Scrape the engine (a failure leaves its figures None) and build the sample; kept as `last`."""
+        await self.scraper.scrape()
+        self.last = self.build_sample()
+        return self.last
+
+    def build_sample(self, now: float | None = None) -> dict:
+        """The sample from what is known now; `now` is on the logs' monotonic clock (default: theirs)."""
+        admission = self.admission
+        gpu_util = self.gpu.value() if self.gpu is not None else None
+        m = {
+            **self.requests.stats(now),
+            **self.scraper.figures(now),
+            "queue_depth_short": admission.queue_depth("short"),
+            "queue_depth_long": admission.queue_depth("long"),
+            **self.batches.stats(now),
+            "batch_efficiency": _finite(admission.efficiency()),
+            "batch_idle_ratio": _finite(admission.idle_ratio()),
+            "gpu_util": gpu_util,
+            "sm_util": None,
+            "degraded": 1 if self._degraded() else 0,
+            "engine_restarts": int(self._engine_restarts()),
+        }
+        return {"type": "sample", "t": self._wall(), "window_s": WINDOW_S, "m": {key: m[key] for key in SAMPLE_KEYS}}
+
+    async def close(self) -> None:
+        await self.scraper.close()
+        if self.gpu is not None:
+            await self.gpu.close()

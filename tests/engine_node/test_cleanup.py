@@ -1,0 +1,251 @@
+"""Memory cleanup on agents running the simulator, against the real control plane (daphne, Redis, Postgres).
+
+The simulator's KV cache is tiny (16 blocks) and its replies vary in length, so steady mixed traffic strands
+blocks and its (simulated) fragmentation passes 35 % within seconds. An SRE's cleanup brings it back below with
+no failed request; the automatic trigger on two nodes of one pool never cleans both at once; a cleanup whose
+drain outlasts cleanup.max_duration_s resumes the node, reports failure, and the request it waited for finishes.
+"""
+
+import itertools
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import EngineNode, NodeCommand
+from controlplane.nodes.services.engine_nodes import node_command_request, node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+FRAGMENTING_PROFILE = """
+latency:
+  time_scale: 0.05
+reply_length:
+  median: 10
+  sigma: 0.6
+  min: 2
+  max: 32
+kv_cache:
+  block_size: 16
+  bytes_per_token: 1024
+  kv_cache_bytes: 300000
+"""
+# The 16-block cache holds 256 tokens: the node's own flag keeps max_model_len within it whatever the template says.
+SMALL_CONTEXT = ["--engine-arg=--max-model-len", "--engine-arg=128"]
+TEXTS = ["我的订单到哪了？", "怎么退货", "推荐一款适合送礼的耳机，预算五百元左右", "优惠券为什么不能用", "发票怎么开"]
+THRESHOLD = 0.35
+JSON = {"Content-Type": "application/json"}
+
+
+def document(**cleanup) -> dict:
+    return {
+        "inference_params": {
+            "max_tokens": {"whitelist": [], "continuation_max_rounds": 0},
+            "cleanup": {"fragmentation_threshold": 1.0, **cleanup},  # 1.0: no automatic cleanup unless a test asks
+        }
+    }
+
+
+def engine_url(agent: AgentProcess) -> str:
+    args = Path(f"/proc/{agent.health()['engine_pid']}/cmdline").read_bytes().decode().split("\0")
+    return f"http://127.0.0.1:{args[args.index('--port') + 1]}"
+
+
+def finished(command: NodeCommand) -> bool:
+    command.refresh_from_db()
+    return command.is_finished
+
+
+def fragmentation(agent: AgentProcess) -> float:
+    return (agent.health().get("memory") or {}).get("fragmentation") or 0.0
+
+
+def set_faults(agent: AgentProcess, **faults) -> None:
+    request = urllib.request.Request(
+        f"{engine_url(agent)}/sim/faults",
+        data=json.dumps(faults).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).read()
+
+
+def clear_faults(agent: AgentProcess) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{engine_url(agent)}/sim/faults", method="DELETE"), timeout=10)
+
+
+def start_slow_request(agent: AgentProcess) -> tuple[threading.Thread, dict]:
+    """A 16-token chat request through the gateway, in flight when this returns; `slow` gets its outcome."""
+    slow: dict = {}
+    body = {
+        "model": agent.model,
+        "messages": [{"role": "user", "content": "请详细说明退货流程"}],
+        "max_tokens": 16,
+        "min_tokens": 16,
+        "ignore_eos": True,
+    }
+
+    def call():
+        request = urllib.request.Request(
+            f"{agent.url}/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            slow["status"], slow["body"] = response.status, json.loads(response.read())
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    wait_until(lambda: agent.health()["in_flight"] >= 1, 10, "the slow request to be in flight")
+    return caller, slow
+
+
+@pytest.fixture
+def fleet(tmp_path, sre):
+    """daphne + pool `staging` with template `chat` v1 (automatic cleanup off) on two agents, gpu-1 and gpu-2."""
+    profile = tmp_path / "fragmenting.yaml"
+    profile.write_text(FRAGMENTING_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    template = template_create(actor=sre, name="chat")
+    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
+    pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+    agents = []
+    for name in ("gpu-1", "gpu-2"):
+        _, token = node_create(actor=sre, name=name, pool=pool)
+        agents.append(
+            AgentProcess(
+                name=name,
+                token=token,
+                control_plane_url=server.ws_agent_url,
+                work=tmp_path,
+                backend_args=["--backend", "simulator", "--simulator-profile", str(profile), *SMALL_CONTEXT],
+            )
+        )
+    try:
+        for agent in agents:
+            agent.start()
+        wait_until(
+            lambda: EngineNode.objects.filter(applied_hash=v1.content_hash, is_connected=True).count() == 2,
+            30,
+            "both agents to connect and apply v1",
+        )
+        yield {"server": server, "pool": pool, "template": template, "agents": agents}
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
+
+
+def test_sre_cleanup_under_traffic_brings_fragmentation_below_the_threshold(fleet, sre):
+    agent = fleet["agents"][0]
+    node = EngineNode.objects.get(name=agent.name)
+    with Traffic(fleet["agents"], per_agent_threads=4, texts=TEXTS) as traffic:
+        wait_until(lambda: fragmentation(agent) > THRESHOLD, 30, "fragmentation above 35 % under mixed traffic")
+        command = node_command_request(actor=sre, node=node, op="cleanup", reason="fragmentation above 35 %")
+        wait_until(lambda: finished(command), 30, "the cleanup to finish")
+        time.sleep(1)  # traffic keeps flowing after the resume
+    assert command.state == "succeeded", command.result
+    result = json.loads(command.result)
+    assert result["trigger"] == "operator"
+    assert result["before"]["fragmentation"] > THRESHOLD
+    assert result["after"]["fragmentation"] < THRESHOLD
+    assert result["before"]["device"] == "simulated"
+    assert 0 <= result["after"]["kv_cache_usage"] <= 1
+    assert result["prefix_cache_reset"] is True and result["released"]["released_blocks"] > 0
+    assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
+    assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+    assert agent.health()["status"] == "online"
+    entry = AuditEntry.objects.get(action="node.cleanup")
+    assert (entry.actor_name, entry.reason, entry.target_id) == ("sre", "fragmentation above 35 %", str(node.pk))
+    metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
+    assert 'engine_node_memory_cleanups_total{result="succeeded",trigger="operator"} 1.0' in metrics
+
+
+def test_automatic_cleanups_of_two_nodes_never_overlap(fleet, sre):
+    pool, template, (gpu1, gpu2) = fleet["pool"], fleet["template"], fleet["agents"]
+    v2 = template_version_create(
+        actor=sre, template=template, document=document(fragmentation_threshold=0.3, cooldown_s=0), base_number=1
+    )
+    pool_publish(actor=sre, pool=pool, version=v2, reason="clean up above 30 %")
+    wait_until(
+        lambda: EngineNode.objects.filter(applied_hash=v2.content_hash).count() == 2, 30, "both nodes to apply v2"
+    )
+    cleanups = NodeCommand.objects.filter(op="cleanup", finished_at__isnull=False).select_related("node")
+    automatic = cleanups.filter(requested_by__isnull=True)
+
+    # gpu-1 holds the pool's lease for several seconds (its cleanup drains a slow request) while gpu-2 fragments.
+    set_faults(gpu1, latency_factor=800)
+    caller, slow = start_slow_request(gpu1)
+    with Traffic([gpu2], per_agent_threads=4, texts=TEXTS) as alone:
+        held = node_command_request(actor=sre, node=EngineNode.objects.get(name="gpu-1"), op="cleanup", reason="held")
+        wait_until(lambda: finished(held), 30, "gpu-1's cleanup to finish")
+    caller.join(timeout=30)
+    assert slow["status"] == 200
+    assert held.state == "succeeded", held.result
+    assert json.loads(held.result)["drained_s"] > 3
+    assert "cleanup lease refused: gpu-1 of pool staging is cleaning up" in gpu2.log_path.read_text()
+    clear_faults(gpu1)
+
+    with Traffic([gpu1, gpu2], per_agent_threads=4, texts=TEXTS) as both:
+        wait_until(
+            lambda: (
+                automatic.filter(node__name="gpu-1").count() >= 1 and automatic.filter(node__name="gpu-2").count() >= 2
+            ),
+            90,
+            "automatic cleanups on both nodes",
+            interval_s=0.5,
+        )
+    for traffic in (alone, both):
+        assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+        assert traffic.outcomes[200] > 0
+    commands = list(cleanups)
+    assert all(c.state == "succeeded" for c in commands), [c.result for c in commands]
+    # The agents' own clocks: when each one closed and reopened its gate. Never two at once.
+    spans = sorted(
+        (json.loads(c.result)["started_at"], json.loads(c.result)["finished_at"], c.node.name) for c in commands
+    )
+    for (_, previous_end, previous_node), (start, _, node) in itertools.pairwise(spans):
+        assert start >= previous_end, f"{node} started cleaning before {previous_node} had finished"
+    # The control plane's view agrees: no two leases overlapped.
+    leases = sorted((c.sent_at, c.finished_at) for c in commands)
+    for (_, previous_end), (start, _) in itertools.pairwise(leases):
+        assert start >= previous_end
+    for command in automatic:
+        result = json.loads(command.result)
+        assert command.reason.startswith("automatic: memory fragmentation")
+        assert result["trigger"] == "threshold"
+        assert result["before"]["fragmentation"] > 0.3 > result["after"]["fragmentation"]
+
+
+def test_a_cleanup_whose_drain_outlasts_its_bound_resumes_and_drops_nothing(fleet, sre):
+    pool, template = fleet["pool"], fleet["template"]
+    agent = fleet["agents"][1]
+    node = EngineNode.objects.get(name=agent.name)
+    v2 = template_version_create(actor=sre, template=template, document=document(max_duration_s=5), base_number=1)
+    pool_publish(actor=sre, pool=pool, version=v2, reason="5 s bound")
+    wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 30, "ACK of v2")
+    set_faults(agent, latency_factor=1000)  # ~0.5 s per decode step: 16 tokens take ~8 s
+    caller, slow = start_slow_request(agent)
+    started = time.monotonic()
+    command = node_command_request(actor=sre, node=node, op="cleanup", reason="try it under a slow request")
+    wait_until(lambda: finished(command), 30, "the cleanup to give up")
+    gave_up_after = time.monotonic() - started
+    assert command.state == "failed"
+    result = json.loads(command.result)
+    assert "still running" in result["error"] or "max_duration_s" in result["error"], result
+    assert "prefix_cache_reset" not in result
+    assert gave_up_after < 5 + 5
+    wait_until(lambda: agent.health()["status"] == "online", 5, "the node to resume")
+    caller.join(timeout=60)
+    assert slow["status"] == 200 and slow["body"]["usage"]["completion_tokens"] == 16
+    clear_faults(agent)
+    assert agent.chat()[0] == 200

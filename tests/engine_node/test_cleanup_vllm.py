@@ -1,0 +1,146 @@
+"""A memory cleanup on the real vLLM CPU build, end to end through the control plane.
+
+The agent starts vLLM with its worker extension (engine_node/vllm_worker), reads the workers' figures through
+/collective_rpc every few seconds without wedging the engine, and an SRE's cleanup drains (the request in flight
+finishes), resets the prefix cache (/reset_prefix_cache answers success), calls the workers' release (nothing to
+release on CPU) and resumes. On CPU there is no caching allocator: fragmentation is recorded as null, never a
+made-up number, while KV-cache usage is the engine's own gauge.
+"""
+
+import json
+import threading
+import urllib.request
+
+import pytest
+
+from controlplane.nodes.models import EngineNode, NodeCommand
+from controlplane.nodes.services.engine_nodes import node_command_request, node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.conftest import SERVED_MODEL_NAME, VLLM_ENV
+from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm, pytest.mark.agents]
+
+# Tokens: about as long as max_model_len allows, so the request is still running when the drain starts (the tiny
+# model makes a few hundred tokens a second on two CPU cores).
+LONG_REPLY = 960
+
+DOCUMENT = {
+    "inference_params": {
+        "max_tokens": {"whitelist": [], "default": LONG_REPLY, "streaming_threshold": 16, "continuation_max_rounds": 0},
+        "degradation": {"max_tokens": 16},
+        "batch": {"long_context_threshold": 512},
+        "engine": {"max_model_len": 1024, "max_num_seqs": 4, "served_model_name": SERVED_MODEL_NAME},
+    }
+}
+
+
+def test_cleanup_on_real_vllm_drains_resets_the_prefix_cache_and_resumes(vllm_python, tiny_model_dir, tmp_path, sre):
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="cpu", is_production=False)
+    template = template_create(actor=sre, name="tiny")
+    node, token = node_create(actor=sre, name="cpu-1", pool=pool)
+    v1 = template_version_create(actor=sre, template=template, document=DOCUMENT, base_number=None)
+    agent = AgentProcess(
+        name=node.name,
+        token=token,
+        control_plane_url=server.ws_agent_url,
+        work=tmp_path,
+        backend_args=[
+            "--backend",
+            "vllm",
+            "--engine-python",
+            str(vllm_python),
+            "--model",
+            str(tiny_model_dir),
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--engine-arg=--enforce-eager",
+            "--probe-interval",
+            "30",
+        ],
+        env=VLLM_ENV,
+        model=SERVED_MODEL_NAME,
+        queue_timeout_s=60,
+    )
+    try:
+        agent.start(timeout_s=240)
+        pool_publish(actor=sre, pool=pool, version=v1, reason="tiny model")
+        wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v1.content_hash, 240, "ACK of v1")
+        assert agent.chat("Where is my order?", timeout_s=120)[0] == 200
+
+        # The agent's own reading through the worker extension: honest nulls on CPU, no error.
+        wait_until(lambda: (agent.health().get("memory") or {}).get("workers"), 30, "a memory reading")
+        memory = agent.health()["memory"]
+        assert memory["device"] == "cpu" and memory["workers"] >= 1, memory
+        assert memory["fragmentation"] is None and memory["reserved_bytes"] is None
+        assert "error" not in memory, memory
+        assert 0 <= memory["kv_cache_usage"] <= 1
+
+        # Two clients sending long requests back to back, of different lengths so they never finish together:
+        # whenever the cleanup starts, one is in flight.
+        outcomes: list[int] = []
+        stop = threading.Event()
+
+        def long_requests(length: int):
+            body = {
+                "model": SERVED_MODEL_NAME,
+                "messages": [{"role": "user", "content": "Tell me about returns."}],
+                "max_tokens": length,
+                "min_tokens": length,
+                "ignore_eos": True,
+            }
+            while not stop.is_set():
+                request = urllib.request.Request(
+                    f"{agent.url}/v1/chat/completions",
+                    data=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=180) as response:
+                        answer = json.loads(response.read())
+                        tokens_ok = answer["usage"]["completion_tokens"] == length
+                        outcomes.append(response.status if tokens_ok else -1)
+                except OSError as exc:  # an HTTP error, reset or timeout is exactly what must not happen
+                    outcomes.append(getattr(exc, "code", 0))
+
+        callers = [threading.Thread(target=long_requests, args=(n,)) for n in (LONG_REPLY, LONG_REPLY * 2 // 3)]
+        for caller in callers:
+            caller.start()
+        try:
+            wait_until(lambda: agent.health()["in_flight"] >= 2, 30, "long requests in flight")
+            command = node_command_request(actor=sre, node=node, op="cleanup", reason="prefix-cache reset path")
+
+            def finished() -> bool:
+                command.refresh_from_db()
+                return command.is_finished
+
+            wait_until(finished, 180, "the cleanup to finish")
+            answered = len(outcomes)
+            wait_until(lambda: len(outcomes) >= answered + 2, 60, "requests answered after the resume")
+        finally:
+            stop.set()
+            for caller in callers:
+                caller.join(timeout=180)
+        assert outcomes and set(outcomes) == {200}, outcomes
+        assert command.state == NodeCommand.State.SUCCEEDED, command.result
+        result = json.loads(command.result)
+        assert result["drained_s"] > 0, result  # it waited for the requests in flight
+        assert result["prefix_cache_reset"] is True
+        assert result["released"] == {"workers": memory["workers"]}  # empty_cache has nothing to do on CPU
+        assert result["before"]["device"] == result["after"]["device"] == "cpu"
+        assert result["before"]["fragmentation"] is None and result["after"]["fragmentation"] is None
+        # The engine's own gauge (a fraction of a per cent here: 2 sequences in a 1 GiB CPU cache), never a guess.
+        assert 0 <= result["before"]["kv_cache_usage"] <= 1
+        assert result["after"]["kv_cache_usage"] == 0.0  # drained: nothing holds a block
+        assert agent.health()["status"] == "online"
+        assert agent.chat("Thanks!", timeout_s=120)[0] == 200
+        metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
+        assert 'engine_node_memory_cleanups_total{result="succeeded",trigger="operator"} 1.0' in metrics
+        assert 'engine_node_memory_cleanup_fragmentation_ratio{phase="after"} NaN' in metrics
+    finally:
+        agent.stop()
+        server.stop()

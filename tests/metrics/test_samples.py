@@ -1,0 +1,65 @@
+"""The sample check: a contract-A sample passes; anything else is refused with a reason naming the key."""
+
+import math
+import time
+
+import pytest
+
+from controlplane.metrics.samples import SampleRejected, sample_parse
+from tests.metrics.conftest import sample
+
+NOW = time.time()
+
+
+def test_a_complete_sample_passes_unchanged():
+    message = sample(t=NOW - 0.2)
+    t, m = sample_parse(message, now=NOW)
+    assert t == pytest.approx(NOW - 0.2)
+    assert m == sample(t=NOW)["m"]
+
+
+def test_nulls_are_allowed_where_the_figure_can_be_unknown():
+    unknown = {k: None for k in ("latency_p50_s", "latency_p99_s", "gpu_util", "spec_acceptance_rate", "error_rate")}
+    _, m = sample_parse(sample(t=NOW, **unknown), now=NOW)
+    assert m["latency_p99_s"] is None
+
+
+def without(key: str) -> dict:
+    message = sample(t=NOW)
+    del message["m"][key]
+    return message
+
+
+def with_extra(key: str, value) -> dict:
+    message = sample(t=NOW)
+    message["m"][key] = value
+    return message
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("not a dict", "message: expected an object"),
+        ({"type": "sample", "t": NOW, "m": {}}, "message: missing window_s"),
+        ({**sample(t=NOW), "node": "x"}, "message: unknown node"),
+        (without("qps"), "m: missing qps"),
+        (with_extra("gpu_temp", 71), "m: unknown gpu_temp"),
+        (sample(t=NOW, qps=None), "qps: expected a number, got NoneType"),
+        (sample(t=NOW, qps="1.2"), "qps: expected a number, got str"),
+        (sample(t=NOW, latency_p99_s=True), "latency_p99_s: expected a number or null, got bool"),
+        (sample(t=NOW, latency_p99_s=math.nan), "latency_p99_s: expected a number or null, got float"),
+        (sample(t=NOW, kv_cache_usage=-0.1), "kv_cache_usage: must not be negative"),
+        (sample(t=NOW, queue_depth_short=1.5), "queue_depth_short: expected an integer, got float"),
+        (sample(t=NOW, degraded=2), "degraded: expected 0 or 1"),
+        (sample(t=NOW, length_hist={"le256": 1, "le4k": 2}), "length_hist: unknown bucket 'le4k'"),
+        (sample(t=NOW, tiers={"strict": -1}), "tiers.strict: must not be negative"),
+        (sample(t=NOW, batch_size_hist={"0": 1}), "batch_size_hist: unknown bucket '0'"),
+        (sample(t=NOW, intents=[]), "intents: expected an object, got list"),
+        (sample(t=NOW - 3600), "t: -3600 s from the control plane's clock"),
+        ({**sample(t=NOW), "window_s": 0}, "window_s: must be positive"),
+    ],
+)
+def test_a_broken_sample_is_refused_with_a_reason(message, reason):
+    with pytest.raises(SampleRejected) as refused:
+        sample_parse(message, now=NOW)
+    assert refused.value.reason.startswith(reason)
