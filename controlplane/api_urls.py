@@ -58,6 +58,7 @@ urlpatterns = [
     path("nodes/<slug:name>/commands/", engine_nodes.NodeCommandList.as_view(), name="node-command-list"),
     path("overrides/", operations.OverrideList.as_view(), name="override-list"),
     path("overrides/<int:pk>/revoke/", operations.OverrideRevoke.as_view(), name="override-revoke"),
+    path("pools/<slug:name>/degradation/", operations.PoolDegradationView.as_view(), name="pool-degradation"),
     path("intent-datasets/", datasets.IntentDatasetList.as_view(), name="intent-dataset-list"),
     path("intent-datasets/<slug:name>/", datasets.IntentDatasetDetail.as_view(), name="intent-dataset-detail"),
     path("intent-datasets/<slug:name>/models/", datasets.IntentModelList.as_view(), name="intent-model-list"),

@@ -73,6 +73,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "controlplane.accounts.context_processors.role",
+                "controlplane.operations.context_processors.degradation_banner",
             ],
         },
     },
@@ -161,6 +162,21 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "controlplane.alerts.tasks.alerts_evaluate",
         "schedule": float(env_int("ALERT_EVALUATE_EVERY_S", 2)),
         "options": {"expires": 10},
+    },
+    # Every 2 s: a canary stage's window is seconds to minutes long and a failing canary should be rolled back
+    # within a couple of seconds of its window closing; a pass is a few queries per running rollout.
+    "rollouts-analyse": {
+        "task": "controlplane.nodes.tasks.rollouts_analyse_task",
+        "schedule": 2.0,
+        "options": {"expires": 10},
+    },
+    # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
+    # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
+    # and one small row update per pool.
+    "degradation-evaluate": {
+        "task": "controlplane.operations.tasks.degradation_evaluate_task",
+        "schedule": 1.0,
+        "options": {"expires": 5},
     },
 }
 

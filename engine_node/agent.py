@@ -2,8 +2,12 @@
 
 A config whose engine flags equal the running ones is hot: the gateway swaps its parameters and no
 request notices. Otherwise it is cold: drain, restart the engine with the new flags, confirm it serves,
-resume. A config that cannot be applied is NACKed and the node goes back to (and keeps serving) the
-last good one.
+warm it up, resume. A config that cannot be applied is NACKed and the node goes back to (and keeps serving) the
+last good one; so is one whose warmup fails (engine_node/warmup.py): the node restarts on the config it ran
+before, warms that one up and serves.
+
+The gate opens to user traffic only after a warmup: on start (status "warming" until the pool's warmup dataset
+has been replayed, or skipped when the pool has none), after every cold restart and on an operator's command.
 """
 
 import asyncio
@@ -28,13 +32,17 @@ from engine_node.policy.intent import IntentClassifier, IntentModelError
 from engine_node.policy.rules import Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings
-from engine_node.state import LastGoodStore, PolicyStore
+from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
+from engine_node.warmup import WarmupRunner, messages_sha256, warmup_params
 
 log = logging.getLogger("engine_node.agent")
 
 LOG_TAIL_PERIOD_S = 10.0
 SAMPLE_PERIOD_S = 1.0
+# On its first start a node has no warmup dataset on disk: it waits this long for the control plane's answer to
+# its hello (which always says which dataset the pool has, if any) before serving unwarmed.
+WARMUP_SYNC_WAIT_S = 15.0
 
 
 class Agent:
@@ -44,6 +52,10 @@ class Agent:
         self._background: set[asyncio.Task] = set()
         self.store = LastGoodStore(settings.state_dir)
         self.policy_store = PolicyStore(settings.state_dir)
+        self.warmup_store = WarmupStore(settings.state_dir)
+        self.warmup_dataset: dict | None = self.warmup_store.load()
+        self.warmup = WarmupRunner(engine_url=lambda: self.engine.base_url)
+        self._warmup_synced = asyncio.Event()
         self.config: NodeConfig | None = None
         self.bundle: dict | None = None
         self.classifier: IntentClassifier | None = None
@@ -114,8 +126,10 @@ class Agent:
         self.bundle = self.policy_store.load_bundle()
         self.classifier = self.policy_store.load_model() or IntentClassifier.load()
         self._rebuild_policy()
-        await self.engine.start(engine_args(self.config, self.settings))
-        self._set_status("online")
+        await self.engine.start(self._engine_args(self.config))
+        # Shut until the start-up warmup has passed (or was skipped): requests wait in the queue meanwhile.
+        await self.admission.drain(0)
+        self._set_status("warming")
         self._runner = web.AppRunner(self.gateway.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
@@ -127,6 +141,7 @@ class Agent:
             metrics.watch_gpu(self.telemetry.gpu.value)
         self._spawn(self._sample_forever())
         self._spawn(self._cleanup_watch())
+        self._spawn(self._startup_warmup())
         if self.settings.control_plane_url:
             self.link = ControlLink(
                 url=self.settings.control_plane_url,
@@ -143,6 +158,7 @@ class Agent:
             await self._runner.cleanup()
         await self.telemetry.close()
         await self.memory_cleanup.close()
+        await self.warmup.close()
         await self.engine.close()
 
     async def _sample_forever(self) -> None:
@@ -184,6 +200,8 @@ class Agent:
             "applied_hash": self.config.hash if self.config else "",
             "policy_hash": self.bundle["hash"] if self.bundle else "",
             "intent_model_sha256": self.intent_model_sha256,
+            "warmup_sha256": self.warmup_dataset["sha256"] if self.warmup_dataset else "",
+            "warmup": self.warmup.progress,
         }
 
     @property
@@ -212,6 +230,7 @@ class Agent:
             "sample": self.telemetry.last,
             "memory": self.memory_cleanup.last_reading,
             "last_cleanup": self.memory_cleanup.last_result,
+            "warmup": self.warmup.progress,
         }
 
     async def on_message(self, message: dict) -> None:
@@ -222,6 +241,8 @@ class Agent:
             self.apply_policy(message)
         elif kind == "intent_model":
             await self.apply_intent_model(message)
+        elif kind == "warmup_dataset":
+            self.apply_warmup_dataset(message)
         elif kind == "command":
             await self.command(int(message.get("id", 0)), str(message.get("op", "")))
         elif kind == "cleanup_denied":
@@ -254,8 +275,9 @@ class Agent:
                 metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
                 await self._reply("nack", config.hash, config.version, f"temperature.strict_patterns: {exc}")
                 return
-            new_args = engine_args(config, self.settings)
+            new_args = self._engine_args(config)
             kind = "cold" if new_args != self.engine.args else "hot"
+            previous = self.config
             try:
                 if kind == "cold":
                     await self._restart_engine(new_args, reason=f"config {config.label}")
@@ -266,7 +288,15 @@ class Agent:
                 await self._reply("nack", config.hash, config.version, str(exc))
                 await self._recover()
                 return
-            self.store.save(config)
+            if kind == "cold":
+                result = await self._warm(trigger="config")
+                if result["state"] == "failed":
+                    metrics.CONFIG_APPLIES.labels(result="nack", kind="warmup").inc()
+                    await self._roll_back(previous, failed=config, reason=result["reason"])
+                    await self._reply("nack", config.hash, config.version, result["reason"])
+                    return
+                self._reopen()
+            self.store.save(config, previous=previous)
             metrics.CONFIG_APPLIES.labels(result="ack", kind=kind).inc()
             log.info("applied %s (%s)", config.label, kind)
             await self._reply("ack", config.hash, config.version)
@@ -303,6 +333,39 @@ class Agent:
         log.info("intent model %s in use", self.intent_model_sha256[:12])
         await self._send({"type": "intent_model_result", "sha256": self.intent_model_sha256, "error": ""})
 
+    def _engine_args(self, config: NodeConfig | None) -> list[str]:
+        """The engine flags of `config` under the current policy bundle: without speculative decoding while the
+        pool is degraded and its template turns it off. A policy push never restarts the engine by itself."""
+        degradation = (self.bundle or {}).get("content", {}).get("degradation") or {}
+        return engine_args(
+            config, self.settings, speculative=degradation.get("speculative_decoding", True) is not False
+        )
+
+    def apply_warmup_dataset(self, message: dict) -> None:
+        """The pool's warmup dataset (messages null: the pool has none), kept only when its sha256 verifies.
+
+        The control plane answers every hello with one (`current: true` when ours is already the pool's), which
+        tells a first start that waits for it whether there is anything to replay."""
+        try:
+            if message.get("current"):
+                return
+            messages = message.get("messages")
+            if messages is None:
+                if self.warmup_dataset is not None:
+                    log.info("the pool has no warmup dataset any more")
+                self.warmup_dataset = None
+                self.warmup_store.forget()
+                return
+            if not isinstance(messages, list) or messages_sha256(messages) != message.get("sha256"):
+                log.error("warmup dataset %s refused: its messages do not hash to it", message.get("version_id"))
+                return
+            document = {"version_id": message.get("version_id"), "sha256": message["sha256"], "messages": messages}
+            self.warmup_store.save(document)
+            self.warmup_dataset = document
+            log.info("warmup dataset %s (%d messages) stored", message["sha256"][:12], len(messages))
+        finally:
+            self._warmup_synced.set()
+
     def _rebuild_policy(self) -> None:
         params = self.config.content if self.config else None
         self.admission.set_engine_capacity((params or {}).get("engine", {}).get("max_num_seqs"))
@@ -338,8 +401,26 @@ class Agent:
                     await self._cleanup(self.memory_cleanup.take_trigger(), progress)
                 elif op == "restart":
                     await progress("running", "draining, then restarting the engine")
-                    await self._restart_engine(self.engine.args, reason="operator request")
-                    await progress("succeeded", result=f"engine restarted and serving ({self.engine.version})")
+                    # The flags of the config and the policy now: a degraded pool's restart leaves speculative
+                    # decoding out (or brings it back) here, one node at a time as the control plane sends them.
+                    await self._restart_engine(self._engine_args(self.config), reason="operator request")
+                    await progress("running", "engine restarted; warming up")
+                    result = await self._warm(trigger="restart", command_progress=progress)
+                    self._reopen()
+                    if result["state"] == "failed":
+                        text = f"engine restarted; {result['reason']} (serving: no other config to roll back to)"
+                        await progress("failed", result=text)
+                    else:
+                        await progress("succeeded", result=f"engine restarted and serving ({self.engine.version})")
+                elif op == "warmup":
+                    await progress("running", "closing the gate and waiting for in-flight requests")
+                    await self.admission.drain(self.settings.drain_timeout_s)
+                    result = await self._warm(trigger="operator", command_progress=progress)
+                    self._reopen()
+                    await progress(
+                        "failed" if result["state"] == "failed" else "succeeded",
+                        result=json.dumps(result, separators=(",", ":")),
+                    )
                 else:
                     await progress("failed", result=f"unknown operation {op!r}")
             except EngineStartFailed as exc:
@@ -388,8 +469,74 @@ class Agent:
             fragmentation = reading.get("fragmentation") if reading else None
             await self.link.send({"type": "cleanup_request", "trigger": trigger, "fragmentation": fragmentation})
 
+    async def _startup_warmup(self) -> None:
+        """The first warmup, before the gate ever opens; it holds the apply lock so a pushed config waits for it."""
+        async with self._apply_lock:
+            try:
+                if self.warmup_dataset is None and self.link is not None and self._warmup_params()["enabled"]:
+                    try:
+                        await asyncio.wait_for(self._warmup_synced.wait(), WARMUP_SYNC_WAIT_S)
+                    except TimeoutError:
+                        log.warning("no word from the control plane on the warmup dataset; serving without one")
+                await self._warm(trigger="start")
+            except Exception:
+                log.exception("the start-up warmup failed unexpectedly; serving")
+            finally:
+                self._reopen()
+
+    def _warmup_params(self) -> dict:
+        return warmup_params(self.config.content if self.config else None)
+
+    async def _warm(self, *, trigger: str, command_progress=None) -> dict:
+        """Replay the warmup dataset with the gate shut; returns the final progress (`state`: passed, failed or
+        skipped). The caller reopens the gate (or rolls back first)."""
+        params = self._warmup_params()
+        if not params["enabled"]:
+            result = self.warmup.skip("warmup turned off (warmup.enabled)", trigger=trigger)
+        elif not self.warmup_dataset or not self.warmup_dataset["messages"]:
+            result = self.warmup.skip("no warmup dataset", trigger=trigger)
+        else:
+            self._set_status("warming")
+
+            async def report(document: dict) -> None:
+                await self._send({"type": "warmup_progress", **document})
+                if command_progress is not None and document["state"] == "running":
+                    await command_progress(
+                        "running",
+                        f"warming up: {document['done']}/{document['total']} requests, "
+                        f"concurrency {document['concurrency']}, p99 {document['p99']} s",
+                    )
+
+            result = await self.warmup.run(
+                messages=self.warmup_dataset["messages"],
+                params=params,
+                policy=self.gateway.policy,
+                max_num_seqs=(self.config.content if self.config else {}).get("engine", {}).get("max_num_seqs"),
+                trigger=trigger,
+                on_progress=report,
+            )
+        metrics.WARMUPS.labels(trigger=trigger, result=result["state"]).inc()
+        await self._send({"type": "warmup_progress", **result})
+        return result
+
+    async def _roll_back(self, previous: NodeConfig | None, *, failed: NodeConfig, reason: str) -> None:
+        """After `failed`'s warmup failed: restart on the config the node ran before, warm it up and serve."""
+        log.error("%s: rolling back from %s", reason, failed.label)
+        self.config = previous
+        self._rebuild_policy()
+        try:
+            await self._restart_engine(self._engine_args(previous), reason=f"config rollback from {failed.label}")
+        except EngineStartFailed as exc:
+            log.error("the previous config does not start either: %s", exc)
+            await self._recover()
+            return
+        # Whatever this warmup finds, the node serves: the config it goes back to is the last one that passed.
+        await self._warm(trigger="rollback")
+        self._reopen()
+
     async def _restart_engine(self, args: list[str], *, reason: str) -> None:
-        """Drain (bounded), restart with `args`, confirm a real request succeeds, reopen the gate."""
+        """Drain (bounded), restart with `args` and confirm a real request succeeds; the gate stays shut for the
+        caller's warmup."""
         self._set_status("draining")
         done, waited = await self.admission.drain(self.settings.drain_timeout_s)
         if not done:
@@ -399,12 +546,11 @@ class Agent:
         metrics.ENGINE_RESTARTS.labels(cause="config" if reason.startswith("config") else "operator").inc()
         await self.engine.stop()
         await self.engine.start(args)
-        self._reopen()
 
     async def _recover(self) -> None:
         """After a failed start, bring the engine back on the last good config and reopen the gate."""
         self._set_status("degraded")
-        args = engine_args(self.config, self.settings)
+        args = self._engine_args(self.config)
         while True:
             try:
                 self.restarts += 1

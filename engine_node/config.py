@@ -48,8 +48,9 @@ def content_hash(content: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def engine_args(config: NodeConfig | None, settings: AgentSettings) -> list[str]:
-    """vLLM server flags for this config; the simulator accepts the same ones."""
+def engine_args(config: NodeConfig | None, settings: AgentSettings, *, speculative: bool = True) -> list[str]:
+    """vLLM server flags for this config; the simulator accepts the same ones. `speculative` False leaves
+    speculative decoding out whatever the config says (a degraded pool whose template turns it off)."""
     engine = config.content["engine"] if config else {}
     spec = config.content["speculative"] if config else {}
     args = ["--model", engine.get("model") or settings.model]
@@ -69,7 +70,7 @@ def engine_args(config: NodeConfig | None, settings: AgentSettings) -> list[str]
             args += [flag, str(engine[key])]
     if "enable_prefix_caching" in engine:
         args.append("--enable-prefix-caching" if engine["enable_prefix_caching"] else "--no-enable-prefix-caching")
-    if spec.get("enabled"):
+    if spec.get("enabled") and speculative:
         args += ["--speculative-config", json.dumps(_speculative_config(spec), sort_keys=True)]
     return args + list(settings.engine_args)
 

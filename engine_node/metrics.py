@@ -92,6 +92,15 @@ CHAT_TOKENS = Histogram(
 )
 DEGRADED = Gauge("engine_node_degraded", "1 while the pool's degradation state is active", registry=REGISTRY)
 
+# Warmup runs (engine_node/warmup.py): trigger is start, config, restart, operator or rollback; result passed,
+# failed or skipped.
+WARMUPS = Counter(
+    "engine_node_warmups",
+    "Warmup runs of the pool's warmup dataset before the node takes traffic",
+    ["trigger", "result"],
+    registry=REGISTRY,
+)
+
 # Memory cleanup (engine_node/cleanup.py): trigger is operator, threshold or timer; result succeeded or failed.
 CLEANUPS = Counter(
     "engine_node_memory_cleanups",

@@ -17,6 +17,7 @@ class Action(models.TextChoices):
     POOL_WRITE = "pool.write"
     POOL_PUBLISH = "pool.publish"
     POOL_ROLLBACK = "pool.rollback"
+    POOL_DEGRADE = "pool.degrade"
     PRODUCTION_OVERRIDE = "pool.production_override"
     ALERT_RESPOND = "alert.respond"
     ALERT_RULE_WRITE = "alert.rule_write"
@@ -39,6 +40,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.POOL_WRITE: frozenset({Role.SRE, Role.ADMIN}),
     Action.POOL_PUBLISH: frozenset({Role.SRE, Role.ADMIN}),
     Action.POOL_ROLLBACK: frozenset({Role.SRE, Role.ADMIN}),
+    Action.POOL_DEGRADE: frozenset({Role.SRE, Role.ADMIN}),
     Action.PRODUCTION_OVERRIDE: frozenset({Role.SRE, Role.ADMIN}),
     Action.ALERT_RESPOND: frozenset({Role.ONCALL, Role.SRE, Role.ADMIN}),
     # Thresholds decide who gets paged at night: operators own them, on-call acknowledges and silences.

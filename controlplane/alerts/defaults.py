@@ -12,6 +12,10 @@ Installed once by a data migration as version 1 of each rule (author: none, the 
   (clean-up, routing long requests to their queue) is not urgent by the second.
 - Node lost, engine restarts, rollout NACKed, metrics stale: 0 s. Each is already a debounced fact (the node was
   silent for NODE_LOST_AFTER_S, the counter rose three times, the node refused the version, no sample for 10 s).
+- Warmup failed, 0 s: one failed health check over the first requests of a warmup is the fact (the node has
+  already rolled back); the signal stays up 10 minutes after it so the alert is seen (alerts/signals.py).
+- Pool degraded, 0 s: degradation is entered with its own hysteresis (controlplane/operations/degradation.py);
+  the pool's `degraded` figure is the number of its nodes running the degraded bundle.
 """
 
 DEFAULT_RULES: tuple[dict, ...] = (
@@ -113,6 +117,28 @@ DEFAULT_RULES: tuple[dict, ...] = (
         "for_s": 0,
         "runbook": "metrics-stale",
         "summary": "A connected node sent no metric sample for more than 10 s",
+    },
+    {
+        "name": "pool-degraded",
+        "metric": "degraded",
+        "scope": "pool",
+        "comparison": "ge",
+        "warn": 1,
+        "critical": None,
+        "for_s": 0,
+        "runbook": "pool-degraded",
+        "summary": "The pool runs degraded (temperature 0.7, max_tokens 128): its nodes report the degraded bundle",
+    },
+    {
+        "name": "warmup-failed",
+        "metric": "warmup_failed",
+        "scope": "node",
+        "comparison": "ge",
+        "warn": 1,
+        "critical": None,
+        "for_s": 0,
+        "runbook": "warmup-failed",
+        "summary": "A node's warmup failed its health check (P99 or errors over the first requests) and it rolled back",
     },
 )
 

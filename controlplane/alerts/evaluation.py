@@ -159,7 +159,7 @@ class _Pass:
     def nodes(self) -> list[dict]:
         fields = (
             "name", "pool__name", "is_connected", "last_seen_at", "connected_at", "token_hash",
-            "applied_hash", "last_nack_hash",
+            "applied_hash", "last_nack_hash", "warmup_state", "warmup_failed_at",
         )  # fmt: skip
         return self._once("nodes", lambda: list(EngineNode.objects.values(*fields)))
 
@@ -229,6 +229,10 @@ class _Pass:
                 if want:
                     nacked = node["last_nack_hash"] == want and node["applied_hash"] != want
                     yield node["name"], node["pool__name"], 1.0 if nacked else 0.0
+        elif metric == signals.WARMUP_FAILED.name:
+            for node in self.nodes():
+                if node["token_hash"]:
+                    yield node["name"], node["pool__name"], 1.0 if warmup_failed(node, self.now) else 0.0
         elif metric == signals.ENGINE_RESTARTS_10M.name:
             increases = self._once("restarts", self.track_restarts)
             for node in self.nodes():
@@ -494,6 +498,13 @@ def _number(value):
     if isinstance(value, bool):
         return float(value)
     return float(value) if isinstance(value, int | float) else None
+
+
+def warmup_failed(node: dict, now: datetime) -> bool:
+    """The node's last warmup failed, or one failed within the window (a rollback's passing warmup follows fast)."""
+    failed_at = node["warmup_failed_at"]
+    recent = failed_at is not None and (now - failed_at).total_seconds() < signals.WARMUP_FAILED_WINDOW_S
+    return node["warmup_state"] == "failed" or recent
 
 
 def node_is_lost(node: dict, now: datetime) -> bool:

@@ -17,7 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from controlplane.accounts.roles import Action
 from controlplane.alerts import signals
-from controlplane.alerts.evaluation import node_is_lost
+from controlplane.alerts.evaluation import node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
 from controlplane.metrics import selectors as metrics
 from controlplane.nodes.models import EngineNode
@@ -38,7 +38,7 @@ class ControlPlaneCollector:
         nodes = list(
             EngineNode.objects.values(
                 "name", "pool__name", "is_connected", "last_seen_at", "connected_at", "token_hash",
-                "applied_hash", "last_nack_hash", "pool__desired_version",
+                "applied_hash", "last_nack_hash", "pool__desired_version", "warmup_state", "warmup_failed_at",
             )
         )  # fmt: skip
         pool_of = {n["name"]: n["pool__name"] for n in nodes}
@@ -107,6 +107,11 @@ class ControlPlaneCollector:
             "1 when the node refused its pool's desired version",
             labels=["node", "pool"],
         )
+        warmup = GaugeMetricFamily(
+            "controlplane_node_warmup_failed",
+            "1 when the node's last warmup failed, or one failed within the last 10 minutes",
+            labels=["node", "pool"],
+        )
         age = GaugeMetricFamily(
             "controlplane_node_metrics_age_seconds",
             "Seconds since the node's newest metric sample",
@@ -122,6 +127,8 @@ class ControlPlaneCollector:
             if want:
                 refused = node["last_nack_hash"] == want and node["applied_hash"] != want
                 nacked.add_metric(labels, 1.0 if refused else 0.0)
+            if node["token_hash"]:
+                warmup.add_metric(labels, 1.0 if warmup_failed(node, now) else 0.0)
             if node["name"] in last_sample:
                 age.add_metric(labels, max(0.0, (now - last_sample[node["name"]]).total_seconds()))
         nodes_family = GaugeMetricFamily(
@@ -129,7 +136,7 @@ class ControlPlaneCollector:
         )
         for (pool, state), count in sorted(by_status.items()):
             nodes_family.add_metric([pool, state], float(count))
-        yield from (nodes_family, lost, nacked, age)
+        yield from (nodes_family, lost, nacked, warmup, age)
 
     def alert_families(self):
         open_alerts = Alert.objects.exclude(state=Alert.State.RESOLVED)

@@ -64,7 +64,10 @@ ROLLOUT_NACKED = Signal(
 METRICS_STALE = Signal(
     "metrics_stale_s", "seconds since the node's last sample", "s", (NODE,), "metrics_age_seconds", derived=True
 )
-DERIVED: tuple[Signal, ...] = (NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE)
+WARMUP_FAILED = Signal(
+    "warmup_failed", "node's warmup failed within the last 10 minutes", "flag", (NODE,), "warmup_failed", derived=True
+)
+DERIVED: tuple[Signal, ...] = (NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE, WARMUP_FAILED)
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (*SAMPLE_METRICS, *DERIVED)}
 SIGNAL_CHOICES = [(s.name, f"{s.name} — {s.label}") for s in SIGNALS.values()]
@@ -73,6 +76,9 @@ SIGNAL_CHOICES = [(s.name, f"{s.name} — {s.label}") for s in SIGNALS.values()]
 SAMPLE_FRESH_S = 10.0
 # The window of `engine_restarts_10m`.
 RESTART_WINDOW_S = 600.0
+# How long a failed warmup keeps `warmup_failed` up: the node rolls back and warms up again within a minute or
+# two, so the failure must outlive that for anyone to see it (it stays up while the node's last warmup failed).
+WARMUP_FAILED_WINDOW_S = 600.0
 
 
 def format_value(signal_name: str, value: float | None) -> str:

@@ -115,6 +115,11 @@ class NodeCommandChanged(TypedDict):
     command: dict  # controlplane.nodes.selectors.command_summary
 
 
+class RolloutUpdated(TypedDict):
+    type: str  # "rollout.updated": PoolEventsConsumer.rollout_updated; to pool_group(pool)
+    rollout: dict  # controlplane.nodes.selectors.rollout_summary
+
+
 class NodesUpdated(TypedDict):
     type: str  # "nodes.updated": PoolEventsConsumer.nodes_updated; partial entries, merged by browsers
     nodes: list[dict]

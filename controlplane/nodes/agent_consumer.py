@@ -1,4 +1,4 @@
-"""The agents' WebSocket: token authentication, hello and heartbeats, config push, ACK/NACK, commands."""
+"""The agents' WebSocket: token authentication, hello and heartbeats, config push, ACK/NACK, commands, warmup."""
 
 import asyncio
 import logging
@@ -36,6 +36,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.desired_hash = ""
         self.reported_status = None
         self.model_sha256 = ""
+        self.warmup_sha256 = ""
         self.groups_joined = [realtime.agents_group(node.pool.name), realtime.node_group(node.pk)]
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -76,6 +77,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 policy_hash=str(content.get("policy_hash", "")),
                 model_sha256=str(content.get("intent_model_sha256", "")),
             )
+            # Always answered: a node on its first start waits for this to know whether there is a dataset to replay.
+            self.warmup_sha256 = str(content.get("warmup_sha256", ""))
+            await self._send_warmup_dataset()
         elif kind == "sample":
             # Once a second per node: queued in memory, stored and broadcast in batches (never a DB call here).
             sample_ingestor().record(node=self.node_name, pool=self.pool_name, message=content)
@@ -123,6 +127,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             )
             if command is None:
                 await self.send_json({"type": "cleanup_denied", "reason": refusal})
+        elif kind == "warmup_progress":
+            await database_sync_to_async(agent_sessions.node_warmup_progress)(node_id=self.node_id, progress=content)
         elif kind == "command_progress":
             await database_sync_to_async(agent_sessions.node_command_progress)(
                 node_id=self.node_id,
@@ -151,7 +157,15 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=text)
 
     async def warmup_assigned(self, event):
-        """Nothing to forward yet: the agent side arrives with warmup runs (an unhandled event type would crash us)."""
+        """A new version assigned to the pool: the agent stores it and replays it at its next (re)start."""
+        if event["sha256"] != self.warmup_sha256:
+            await self._send_warmup_dataset()
+
+    async def _send_warmup_dataset(self) -> None:
+        text, self.warmup_sha256 = await database_sync_to_async(agent_policy.warmup_dataset_text)(
+            pool_name=self.pool_name, agent_sha256=self.warmup_sha256
+        )
+        await self.send(text_data=text)
 
     async def _sync_policy(self, *, policy_hash: str, model_sha256: str) -> None:
         """After hello: send the bundle and the intent model unless the agent already has them."""

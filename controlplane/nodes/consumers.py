@@ -36,3 +36,6 @@ class PoolEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def node_command_changed(self, event):
         await self.send_json(event)
+
+    async def rollout_updated(self, event):
+        await self.send_json(event)

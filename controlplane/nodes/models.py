@@ -2,6 +2,15 @@
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
+
+# One node first, then a quarter of the pool, then all of it: a bad version reaches one node's users before anyone
+# else's, and a quarter is still a minority if the first stage's window was too quiet to show the regression.
+DEFAULT_CANARY_STAGES = ({"nodes": 1}, {"percent": 25}, {"percent": 100})
+
+
+def default_canary_stages() -> list[dict]:
+    return [dict(stage) for stage in DEFAULT_CANARY_STAGES]
 
 
 class Pool(models.Model):
@@ -14,6 +23,10 @@ class Pool(models.Model):
         "params.TemplateVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="desired_by"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # How a publish reaches the nodes (services/rollouts.py): `[{"percent": 100}]` sends it to every node at once.
+    canary_stages = models.JSONField(default=default_canary_stages)
+    # How long each stage is watched after all its nodes ACKed before it may promote.
+    analysis_window_s = models.PositiveIntegerField(default=60)
 
     class Meta:
         ordering = ["-is_production", "name"]
@@ -35,7 +48,10 @@ class PoolRelease(models.Model):
     previous_version = models.ForeignKey(
         "params.TemplateVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Empty for the control plane's own rollback of a canary that failed its analysis.
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     reason = models.TextField()
     # Set only when an SRE sent a version to production without a prior non-production release.
     override_reason = models.TextField(blank=True)
@@ -47,6 +63,64 @@ class PoolRelease(models.Model):
     def __str__(self) -> str:
         return f"{self.pool.name}: {self.kind} {self.version}"
 
+    @property
+    def actor_name(self) -> str:
+        return self.actor.get_username() if self.actor else "system"
+
+
+class Rollout(models.Model):
+    """A publish going through the pool's canary stages: which nodes run the new version, and every analysis."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        PAUSED = "paused"
+        SUCCEEDED = "succeeded"
+        ABORTED = "aborted"  # an SRE aborted it or rolled the pool back
+        ROLLED_BACK = "rolled_back"  # its analysis failed and the control plane rolled the canary nodes back
+
+    ACTIVE = (State.RUNNING, State.PAUSED)
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="rollouts")
+    from_version = models.ForeignKey("params.TemplateVersion", on_delete=models.PROTECT, related_name="+")
+    to_version = models.ForeignKey("params.TemplateVersion", on_delete=models.PROTECT, related_name="+")
+    release = models.ForeignKey(PoolRelease, on_delete=models.CASCADE, related_name="rollouts")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    # The pool's stages when the publish happened; later edits of the pool apply to the next publish.
+    stages = models.JSONField()
+    stage_index = models.PositiveSmallIntegerField(default=0)
+    stage_started_at = models.DateTimeField()
+    # When every node of the stage had ACKed: its analysis window counts from here.
+    stage_acked_at = models.DateTimeField(null=True, blank=True)
+    # Node names added by each stage entered so far; the canary is their union, the baseline the rest of the pool.
+    stage_nodes = models.JSONField(default=list)
+    # Every analysis: canary and baseline figures, thresholds, verdict (pass | fail | hold).
+    evidence = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pool"], condition=Q(state__in=["running", "paused"]), name="rollout_one_active_per_pool"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool.name}: {self.from_version} → {self.to_version}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
+
+    @property
+    def canary_nodes(self) -> list[str]:
+        return [name for stage in self.stage_nodes for name in stage]
+
 
 class EngineNode(models.Model):
     """One GPU host's agent: its credential, what it reported last, and which config it runs."""
@@ -56,8 +130,16 @@ class EngineNode(models.Model):
         ONLINE = "online"
         DRAINING = "draining"
         RESTARTING = "restarting"
+        WARMING = "warming"  # replaying the pool's warmup dataset; no user traffic until it passes
         DEGRADED = "degraded"
         LOST = "lost"
+
+    class WarmupState(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+        PASSED = "passed"
+        FAILED = "failed"
+        SKIPPED = "skipped"  # no dataset assigned to the pool, or warmup.enabled off: the node serves unwarmed
 
     name = models.SlugField(max_length=64, unique=True)
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="nodes")
@@ -90,6 +172,12 @@ class EngineNode(models.Model):
     last_nack_hash = models.CharField(max_length=64, blank=True)
     last_nack_error = models.TextField(blank=True)
     last_nack_at = models.DateTimeField(null=True, blank=True)
+    # The agent's last warmup run (engine_node/warmup.py): {state, trigger, done, total, p50, p99, concurrency, ...}.
+    warmup_state = models.CharField(max_length=8, choices=WarmupState.choices, default=WarmupState.IDLE)
+    warmup_progress = models.JSONField(default=dict, blank=True)
+    warmup_finished_at = models.DateTimeField(null=True, blank=True)
+    # Kept after a rollback's warmup passes, so the warmup-failed alert outlives the few seconds the state shows it.
+    warmup_failed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["pool__name", "name"]
@@ -112,7 +200,7 @@ class EngineNode(models.Model):
 
 
 class NodeCommand(models.Model):
-    """An operation a node carries out (restart engine, drain, resume, memory cleanup), and how it went.
+    """An operation a node carries out (restart engine, drain, resume, memory cleanup, warmup), and how it went.
 
     An SRE asks for most; an automatic memory cleanup is asked for by the node itself (no requester). Cleanups
     wait (`sent_at` empty) until their pool has no other cleanup under way: one node of a pool at a time.
@@ -123,6 +211,7 @@ class NodeCommand(models.Model):
         DRAIN = "drain", "Drain"
         RESUME = "resume", "Resume"
         CLEANUP = "cleanup", "Clean up memory"
+        WARMUP = "warmup", "Warm up"
 
     class State(models.TextChoices):
         PENDING = "pending"

@@ -27,19 +27,34 @@ def config_message(version) -> realtime.ConfigPush:
     }
 
 
-def pool_released(release) -> None:
+def pool_released(release, node_ids: list[int] | None = None) -> None:
+    """Browsers hear of the release; the pool's agents (or, for a canary stage, only `node_ids`) get the config."""
     event: realtime.PoolReleased = {
         "type": "pool.released",
         "pool": release.pool.name,
         "kind": release.kind,
         "version": version_ref(release.version),
         "previous_version": version_ref(release.previous_version),
-        "actor": release.actor.get_username(),
+        "actor": release.actor_name,
         "reason": release.reason,
         "at": release.created_at.isoformat(),
     }
     realtime.send([realtime.fleet_group(), realtime.pool_group(release.pool.name)], event)
-    realtime.send([realtime.agents_group(release.pool.name)], config_message(release.version))
+    if node_ids is None:
+        realtime.send([realtime.agents_group(release.pool.name)], config_message(release.version))
+    else:
+        config_to_nodes(node_ids, release.version)
+
+
+def config_to_nodes(node_ids: list[int], version) -> None:
+    """A canary stage's push: only these nodes' connections get the version."""
+    message = config_message(version)
+    realtime.send([realtime.node_group(node_id) for node_id in node_ids], message)
+
+
+def rollout_updated(summary: dict) -> None:
+    event: realtime.RolloutUpdated = {"type": "rollout.updated", "rollout": summary}
+    realtime.send([realtime.pool_group(summary["pool"])], event)
 
 
 def node_command(command) -> None:

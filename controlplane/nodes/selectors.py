@@ -4,7 +4,7 @@ import json
 
 from django.db.models import QuerySet
 
-from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.realtime import version_ref
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
@@ -63,6 +63,11 @@ def node_summary(*, node, now) -> dict:
         "last_seen_at": node.last_seen_at.isoformat() if node.last_seen_at else None,
         "log_tail": node.log_tail[-20:],
         "has_token": node.has_token,
+        "warmup": {
+            **(node.warmup_progress or {}),
+            "state": node.warmup_state,
+            "finished_at": node.warmup_finished_at.isoformat() if node.warmup_finished_at else None,
+        },
     }
 
 
@@ -83,6 +88,80 @@ def pool_rollout(*, pool, now) -> dict:
     else:
         state = "complete" if acked == len(nodes) else "in_progress"
     return {"pool": pool.name, "state": state, "total": len(nodes), "acked": acked, "failed": failed, "nodes": nodes}
+
+
+def node_desired_version(*, node) -> TemplateVersion | None:
+    """The version this node should run: during a canary, the new one only if a stage has reached it."""
+    rollout = (
+        Rollout.objects.filter(pool_id=node.pool_id, state__in=Rollout.ACTIVE)
+        .select_related("from_version__template", "to_version__template")
+        .first()
+    )
+    if rollout is None:
+        return node.pool.desired_version
+    return rollout.to_version if node.name in rollout.canary_nodes else rollout.from_version
+
+
+def pool_active_rollout(*, pool) -> Rollout | None:
+    return (
+        Rollout.objects.filter(pool=pool, state__in=Rollout.ACTIVE)
+        .select_related("pool", "from_version__template", "to_version__template")
+        .first()
+    )
+
+
+def pool_latest_rollout(*, pool) -> Rollout | None:
+    """The active rollout, else the one that ended last (the pool page keeps showing how it went)."""
+    return pool_active_rollout(pool=pool) or (
+        Rollout.objects.filter(pool=pool)
+        .select_related("pool", "from_version__template", "to_version__template")
+        .first()
+    )
+
+
+def rollout_summary(*, rollout: Rollout, now) -> dict:
+    """What the pool page shows of a rollout; also the payload of live `rollout.updated` events."""
+    from controlplane.nodes.services.rollouts import window_left_s
+
+    target = rollout.to_version.content_hash
+    nodes = {n.name: n for n in rollout.pool.nodes.all()}
+    stages = []
+    for index, names in enumerate(rollout.stage_nodes):
+        stages.append(
+            {
+                "index": index,
+                "nodes": [
+                    {
+                        "name": name,
+                        "acked": name in nodes and nodes[name].applied_hash == target,
+                        "nacked": name in nodes
+                        and nodes[name].last_nack_hash == target
+                        and nodes[name].applied_hash != target,
+                    }
+                    for name in names
+                ],
+            }
+        )
+    canary = set(rollout.canary_nodes)
+    return {
+        "id": rollout.pk,
+        "pool": rollout.pool.name,
+        "state": rollout.state,
+        "is_active": rollout.is_active,
+        "from_version": version_ref(rollout.from_version),
+        "to_version": version_ref(rollout.to_version),
+        "stages": rollout.stages,
+        "stage_index": rollout.stage_index,
+        "stage_nodes": stages,
+        "baseline_nodes": sorted(set(nodes) - canary),
+        "analysis_window_s": rollout.pool.analysis_window_s,
+        "stage_started_at": rollout.stage_started_at.isoformat(),
+        "stage_acked_at": rollout.stage_acked_at.isoformat() if rollout.stage_acked_at else None,
+        "window_left_s": window_left_s(rollout, now) if rollout.is_active else None,
+        "latest_analysis": rollout.evidence[-1] if rollout.evidence else None,
+        "outcome": rollout.outcome,
+        "finished_at": rollout.finished_at.isoformat() if rollout.finished_at else None,
+    }
 
 
 def fleet_status_counts(*, now) -> dict[str, int]:

@@ -31,7 +31,7 @@ class ReleaseSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name")
     version = VersionRefField()
     previous_version = VersionRefField(allow_null=True)
-    actor = serializers.CharField(source="actor.username")
+    actor = serializers.CharField(source="actor_name")
 
     class Meta:
         model = PoolRelease

@@ -1,4 +1,4 @@
-"""REST endpoints for conversation overrides: list those in effect, set one, revoke one."""
+"""REST endpoints for conversation overrides (list those in effect, set one, revoke one) and pool degradation."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -10,7 +10,7 @@ from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.serializers import validated
 from controlplane.nodes.models import Pool
-from controlplane.operations import selectors, serializers, services
+from controlplane.operations import degradation, selectors, serializers, services
 from controlplane.operations.models import ConversationOverride
 
 
@@ -56,3 +56,22 @@ def _pool(name: str) -> Pool:
     if pool is None:
         raise InvalidField("pool", f"no pool named {name!r}; use null for every pool")
     return pool
+
+
+class PoolDegradationView(APIView):
+    """GET: the pool's degradation state and recent transitions. POST `{active, reason}`: degrade it now or end it."""
+
+    required_action = Action.POOL_DEGRADE
+
+    @extend_schema(responses={200: serializers.PoolDegradationSerializer})
+    def get(self, request, name):
+        pool = get_object_or_404(Pool, name=name)
+        return Response(serializers.PoolDegradationSerializer(selectors.pool_degradation(pool=pool)).data)
+
+    @extend_schema(request=serializers.DegradationSetSerializer, responses={200: serializers.PoolDegradationSerializer})
+    def post(self, request, name):
+        pool = get_object_or_404(Pool, name=name)
+        data = validated(serializers.DegradationSetSerializer, request.data)
+        switch = degradation.degradation_enable if data["active"] else degradation.degradation_disable
+        switch(actor=request.user, pool=pool, reason=data["reason"])
+        return Response(serializers.PoolDegradationSerializer(selectors.pool_degradation(pool=pool)).data)

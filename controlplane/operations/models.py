@@ -84,3 +84,66 @@ class ConversationOverride(models.Model):
             "expires_at": self.expires_at.isoformat(),
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
         }
+
+
+class PoolDegradation(models.Model):
+    """A pool's degradation state: whether its gateways run degraded, why, and the automatic path's clocks.
+
+    One row per pool, created on first use. `load_above_since`/`load_below_since` are the hysteresis clocks of
+    the automatic path: when the pool's load last crossed above the entry threshold (or below the exit one) and
+    has stayed there since.
+    """
+
+    class Cause(models.TextChoices):
+        MANUAL = "manual"
+        AUTOMATIC = "automatic"
+
+    pool = models.OneToOneField("nodes.Pool", on_delete=models.CASCADE, related_name="degradation")
+    is_active = models.BooleanField(default=False)
+    cause = models.CharField(max_length=16, choices=Cause.choices, blank=True)
+    reason = models.TextField(blank=True)
+    since = models.DateTimeField(null=True, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    load = models.FloatField(null=True, blank=True)
+    load_at = models.DateTimeField(null=True, blank=True)
+    load_above_since = models.DateTimeField(null=True, blank=True)
+    load_below_since = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"degradation of {self.pool.name}"
+
+    def snapshot(self) -> dict:
+        """The audit log's before/after of a degradation state."""
+        return {
+            "pool": self.pool.name,
+            "active": self.is_active,
+            "cause": self.cause,
+            "reason": self.reason,
+            "since": self.since.isoformat() if self.since else None,
+        }
+
+
+class DegradationEvent(models.Model):
+    """One transition of a pool into or out of degradation, with its cause, reason and the load that drove it."""
+
+    class Kind(models.TextChoices):
+        ENTERED = "entered"
+        LEFT = "left"
+
+    pool = models.ForeignKey("nodes.Pool", on_delete=models.CASCADE, related_name="degradation_events")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    cause = models.CharField(max_length=16, choices=PoolDegradation.Cause.choices)
+    reason = models.TextField()
+    load = models.FloatField(null=True, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.pool.name} {self.kind} degradation ({self.cause})"

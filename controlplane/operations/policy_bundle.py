@@ -2,8 +2,7 @@
 
 The bundle carries what is not part of a template version: the scenario lists of every whitelist,
 the conversation overrides in effect, the pool's degradation state and its published intent model.
-Each section is built by its own function of the pool, so a new source (a degradation model) replaces
-one function and nothing else.
+Each section is built by its own function of the pool, so a new source replaces one function and nothing else.
 """
 
 import hashlib
@@ -66,8 +65,20 @@ def overrides_section(pool: Pool, *, now=None) -> list[dict]:
 
 
 def degradation_section(pool: Pool) -> dict:
-    """Whether the pool runs degraded; no pool can be put in degradation yet, so it is always off."""
-    return {"active": False, "reason": "", "since": None}
+    """Whether the pool runs degraded, why and since when (epoch seconds), and whether its engines may run
+    speculative decoding now (the agent restarts without it only when the control plane sends it a restart)."""
+    # Imported here: the degradation services push bundles, so they import this module.
+    from controlplane.operations.degradation import degradation_state, speculative_allowed
+
+    state = degradation_state(pool)
+    active = state is not None and state.is_active
+    return {
+        "active": active,
+        "cause": state.cause if active else "",
+        "reason": state.reason if active else "",
+        "since": state.since.timestamp() if active else None,
+        "speculative_decoding": speculative_allowed(pool, state),
+    }
 
 
 def intent_model_section(pool: Pool) -> dict | None:

@@ -1,4 +1,4 @@
-"""Reads of conversation overrides: which are in effect now."""
+"""Reads of conversation overrides (which are in effect now) and of pool degradation (state, history, timeline)."""
 
 from datetime import datetime
 
@@ -6,7 +6,10 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from controlplane.nodes.models import Pool
-from controlplane.operations.models import ConversationOverride
+from controlplane.nodes.selectors import pool_timeline
+from controlplane.operations.models import ConversationOverride, DegradationEvent, PoolDegradation
+
+HISTORY_LENGTH = 20
 
 
 def active_overrides(
@@ -22,3 +25,28 @@ def active_overrides(
     if conversation is not None:
         overrides = overrides.filter(conversation_id=conversation)
     return overrides
+
+
+def pool_degradation(*, pool: Pool) -> PoolDegradation:
+    """The pool's degradation state (an unsaved, inactive one where it never had any) with `recent_events`."""
+    state = PoolDegradation.objects.select_related("changed_by").filter(pool=pool).first()
+    state = state or PoolDegradation(pool=pool)
+    state.pool = pool
+    state.recent_events = list(DegradationEvent.objects.filter(pool=pool).select_related("actor")[:HISTORY_LENGTH])
+    return state
+
+
+def degraded_pools() -> QuerySet[PoolDegradation]:
+    """The states of the pools degraded now, by pool name (the banner on every page)."""
+    return PoolDegradation.objects.filter(is_active=True).select_related("pool").order_by("pool__name")
+
+
+def pool_history(*, pool: Pool) -> list[dict]:
+    """The pool's timeline, newest first: its releases and its degradation transitions, as
+    `{"kind", "at", "release" | "degradation"}` entries."""
+    entries = [{"kind": r.kind, "at": r.created_at, "release": r} for r in pool_timeline(pool=pool)]
+    entries += [
+        {"kind": f"degradation-{e.kind}", "at": e.at, "degradation": e}
+        for e in DegradationEvent.objects.filter(pool=pool).select_related("actor")
+    ]
+    return sorted(entries, key=lambda entry: entry["at"], reverse=True)

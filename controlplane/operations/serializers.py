@@ -1,9 +1,9 @@
-"""API shapes of conversation overrides."""
+"""API shapes of conversation overrides and pool degradation."""
 
 from rest_framework import serializers
 
 from controlplane.lib.serializers import StrictSerializer
-from controlplane.operations.models import ConversationOverride
+from controlplane.operations.models import ConversationOverride, DegradationEvent
 from controlplane.operations.services import DEFAULT_EXPIRY_MINUTES
 
 
@@ -44,4 +44,34 @@ class OverrideSetSerializer(StrictSerializer):
 
 
 class RevokeSerializer(StrictSerializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class DegradationEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", allow_null=True, read_only=True)
+
+    class Meta:
+        model = DegradationEvent
+        fields = ["kind", "cause", "reason", "load", "actor", "at"]
+
+
+class PoolDegradationSerializer(serializers.Serializer):
+    """A pool's degradation state, its automatic path's clocks and its recent transitions."""
+
+    pool = serializers.CharField(source="pool.name")
+    active = serializers.BooleanField(source="is_active")
+    cause = serializers.CharField()
+    reason = serializers.CharField()
+    since = serializers.DateTimeField(allow_null=True)
+    changed_by = serializers.CharField(source="changed_by.username", allow_null=True, default=None)
+    load = serializers.FloatField(allow_null=True)
+    load_above_since = serializers.DateTimeField(allow_null=True)
+    load_below_since = serializers.DateTimeField(allow_null=True)
+    history = DegradationEventSerializer(many=True, source="recent_events")
+
+
+class DegradationSetSerializer(StrictSerializer):
+    """`active` true degrades the pool now, false ends its degradation; the reason is required either way."""
+
+    active = serializers.BooleanField()
     reason = serializers.CharField(max_length=2000)

@@ -292,6 +292,66 @@ FIELDS: tuple[Field, ...] = (
         "Longest a cleanup may hold the node's gate closed, drain included; past it the node resumes and the "
         "cleanup is reported failed.",
     ),
+    # The seed's cold-start plan (冷启动优化方案): load 5 % of the inference capacity, start at batch 2, re-evaluate
+    # every 30 s, judge health on the latency distribution of the first 100 requests. Capacity is the engine's
+    # max_num_seqs (the sequences it runs at once), so the ramp tops out at ceil(fraction x max_num_seqs).
+    Field(
+        "warmup.enabled", "bool", "hot", True, "Replay the pool's warmup dataset after every (re)start of the engine."
+    ),
+    _float(
+        "warmup.capacity_fraction",
+        "hot",
+        0.05,
+        0,
+        1,
+        "Share of the engine's capacity (engine.max_num_seqs concurrent sequences) the warmup may use at most; "
+        "it never goes below warmup.initial_concurrency.",
+        exclusive_minimum=True,
+    ),
+    _int("warmup.initial_concurrency", "hot", 2, 1, 256, "Warmup requests in flight at the start."),
+    _int(
+        "warmup.step_s",
+        "hot",
+        30,
+        1,
+        3600,
+        "Seconds between two raises of the warmup concurrency (by one, while the latency stays healthy).",
+    ),
+    _int(
+        "warmup.check_requests",
+        "hot",
+        100,
+        1,
+        100000,
+        "The health check: the latency distribution of this many first warmup requests.",
+    ),
+    # 2.0 s is the seed's critical P99 level (监控阈值: P99 1.6 s warning, 2.0 s critical) and the p99-latency
+    # alert's: a node that is already past it while warming would page the moment it took traffic.
+    _float(
+        "warmup.max_p99_s",
+        "hot",
+        2.0,
+        0,
+        600,
+        "The check passes when the P99 latency of the first warmup.check_requests requests is at most this.",
+        exclusive_minimum=True,
+    ),
+    _float(
+        "warmup.max_error_rate",
+        "hot",
+        0.0,
+        0,
+        1,
+        "The check passes when at most this share of the first warmup.check_requests requests failed.",
+    ),
+    _int(
+        "warmup.max_duration_s",
+        "hot",
+        300,
+        5,
+        3600,
+        "Longest a warmup may keep the node out of traffic; a check not reached by then fails.",
+    ),
 )
 
 FIELDS_BY_PATH: dict[str, Field] = {f.path: f for f in FIELDS}

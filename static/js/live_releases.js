@@ -26,7 +26,20 @@
     return li;
   }
 
+  // A canary's progress on the pool page: state, stage, window left, each node's ACK and the latest analysis.
+  function rollout(r) {
+    const set = (id, text) => document.querySelectorAll('[data-testid="' + id + '"]').forEach((el) => (el.textContent = text));
+    set("canary-state", r.state);
+    set("canary-stage", String(r.stage_index + 1));
+    set("canary-window", r.window_left_s === null ? (r.is_active ? "waiting for ACKs" : "-") : Math.round(r.window_left_s) + " s");
+    set("canary-stages", r.stage_nodes.map((s, i) => "stage " + (i + 1) + ": " + s.nodes.map((n) => n.name + " " + (n.acked ? "ACK" : n.nacked ? "NACK" : "pending")).join(", ")).join(" · "));
+    const a = r.latest_analysis;
+    set("canary-analysis", a ? "Latest analysis: " + a.verdict + (a.canary ? " · canary P99 " + Number(a.canary.latency_p99_s).toFixed(3) + " s vs baseline " + Number(a.baseline.latency_p99_s).toFixed(3) + " s" : "") + (a.reasons || []).map((x) => " · " + x).join("") : "No analysis yet.");
+    if (r.outcome) set("canary-outcome", r.outcome);
+  }
+
   window.connectLive(script.dataset.wsPath, (event) => {
+    if (event.type === "rollout.updated") return rollout(event.rollout);
     if (event.type !== "pool.released") return;
     const empty = list.querySelector(".empty");
     if (empty) empty.remove();

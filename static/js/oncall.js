@@ -85,6 +85,13 @@
         rollback.textContent = "Roll back " + incident.pool + "…";
       } else rollback.remove();
     }
+    const degrade = card.querySelector("form.degrade-form");
+    if (degrade) {
+      if (incident.pool) {
+        degrade.setAttribute("action", "/pools/" + encodeURIComponent(incident.pool) + "/degradation/");
+        field(degrade, "degrade").textContent = "Degrade " + incident.pool;
+      } else degrade.remove();
+    }
   }
 
   function prefillSilence(card, incident) {

@@ -161,6 +161,10 @@ MATRIX: tuple[Call, ...] = (
         {"reason": "resolved"},
         writes=True,
     ),
+    Call("pool-degradation", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call(
+        "pool-degradation", "POST", OPERATORS, 200, {"name": "staging"}, {"active": True, "reason": "peak"}, writes=True
+    ),
     Call("intent-dataset-list", "GET", EVERY_ROLE, 200),
     Call(
         "intent-dataset-list",

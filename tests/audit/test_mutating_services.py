@@ -20,8 +20,9 @@ from controlplane.audit.services import MUTATING_SERVICES
 from controlplane.datasets.services import datasets, releases, training, warmup
 from controlplane.lib.request_id import bind_request_id
 from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services import cleanup, engine_nodes
+from controlplane.nodes.services import cleanup, engine_nodes, rollouts
 from controlplane.nodes.services import pools as nodes
+from controlplane.operations import degradation
 from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
 from tests.conftest import PASSWORD
@@ -64,6 +65,35 @@ def _with_node_then(call):
         EngineNode.objects.filter(pk=node.pk).update(is_connected=True, last_seen_at=timezone.now())
         world["baseline"] = AuditEntry.objects.count()
         return call(world, node)
+
+    return run
+
+
+def _canary_then(call, *, paused: bool = False):
+    """Staging with two nodes runs v1; v2 is published and reaches gpu-1 first (a running rollout)."""
+
+    def run(world):
+        staging, sre = world["staging"], world["sre"]
+        for name in ("gpu-1", "gpu-2"):
+            engine_nodes.node_create(actor=sre, name=name, pool=staging)
+        nodes.pool_publish(actor=sre, pool=staging, version=world["v1"], reason="first")
+        nodes.pool_publish(actor=sre, pool=staging, version=world["v2"], reason="canary")
+        rollout = staging.rollouts.get()
+        if paused:
+            rollout = rollouts.rollout_pause(actor=sre, rollout=rollout, reason="look at it")
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, rollout)
+
+    return run
+
+
+def _with_degradation_then(call):
+    """Degrade staging by hand, then run the call."""
+
+    def run(world):
+        degradation.degradation_enable(actor=world["sre"], pool=world["staging"], reason="peak")
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world)
 
     return run
 
@@ -272,6 +302,20 @@ CASES: dict[str, Case] = {
         "resolved",
         _with_override_then(lambda w, o: operations.override_revoke(actor=w["sre"], override=o, reason="resolved")),
     ),
+    "controlplane.operations.degradation.degradation_enable": Case(
+        "pool.degrade",
+        "sre",
+        "sales festival peak",
+        lambda w: degradation.degradation_enable(actor=w["sre"], pool=w["staging"], reason="sales festival peak"),
+    ),
+    "controlplane.operations.degradation.degradation_disable": Case(
+        "pool.degrade_end",
+        "sre",
+        "peak over",
+        _with_degradation_then(
+            lambda w: degradation.degradation_disable(actor=w["sre"], pool=w["staging"], reason="peak over")
+        ),
+    ),
     "controlplane.nodes.services.engine_nodes.node_create": Case(
         "node.create",
         "sre",
@@ -377,6 +421,42 @@ CASES: dict[str, Case] = {
         "admin",
         "weekly release",
         lambda w: nodes.pool_publish(actor=w["admin"], pool=w["staging"], version=w["v1"], reason="weekly release"),
+    ),
+    "controlplane.nodes.services.rollouts.pool_canary_update": Case(
+        "pool.canary_update",
+        "sre",
+        "two stages are enough here",
+        lambda w: rollouts.pool_canary_update(
+            actor=w["sre"],
+            pool=w["staging"],
+            canary_stages=[{"nodes": 1}, {"percent": 100}],
+            analysis_window_s=30,
+            reason="two stages are enough here",
+        ),
+    ),
+    "controlplane.nodes.services.rollouts.rollout_pause": Case(
+        "rollout.pause",
+        "sre",
+        "look at it",
+        _canary_then(lambda w, r: rollouts.rollout_pause(actor=w["sre"], rollout=r, reason="look at it")),
+    ),
+    "controlplane.nodes.services.rollouts.rollout_resume": Case(
+        "rollout.resume",
+        "sre",
+        "looks fine",
+        _canary_then(lambda w, r: rollouts.rollout_resume(actor=w["sre"], rollout=r, reason="looks fine"), paused=True),
+    ),
+    "controlplane.nodes.services.rollouts.rollout_promote": Case(
+        "rollout.promote",
+        "admin",
+        "urgent fix",
+        _canary_then(lambda w, r: rollouts.rollout_promote(actor=w["admin"], rollout=r, reason="urgent fix")),
+    ),
+    "controlplane.nodes.services.rollouts.rollout_abort": Case(
+        "rollout.abort",
+        "sre",
+        "wrong version",
+        _canary_then(lambda w, r: rollouts.rollout_abort(actor=w["sre"], rollout=r, reason="wrong version")),
     ),
     "controlplane.nodes.services.pools.pool_rollback": Case(
         "pool.rollback",

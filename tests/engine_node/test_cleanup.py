@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.audit.models import AuditEntry
-from controlplane.nodes.models import EngineNode, NodeCommand
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_command_request, node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
@@ -115,6 +115,8 @@ def fleet(tmp_path, sre):
     server = Daphne(tmp_path)
     server.start()
     pool = pool_create(actor=sre, name="staging", is_production=False)
+    # These tests are about every node taking a publish at once, not about canary stages (test_canary_rollout.py).
+    Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
     template = template_create(actor=sre, name="chat")
     v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
     pool_publish(actor=sre, pool=pool, version=v1, reason="first")

@@ -39,6 +39,8 @@ def fleet(tmp_path, sre):
     server = Daphne(tmp_path)
     server.start()
     pool = pool_create(actor=sre, name="staging", is_production=False)
+    # These tests are about every node taking a publish at once, not about canary stages (test_canary_rollout.py).
+    Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
     template = template_create(actor=sre, name="chat")
     agents = []
     for i in range(1, 4):

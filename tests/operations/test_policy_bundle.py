@@ -35,7 +35,7 @@ def test_bundle_of_a_quiet_pool(world):
             "pool": "prod-main",
             "whitelists": {"legal": ["legal", "legal_policy"]},
             "overrides": [],
-            "degradation": {"active": False, "reason": "", "since": None},
+            "degradation": {"active": False, "cause": "", "reason": "", "since": None, "speculative_decoding": True},
             "intent_model": None,
         },
     }

@@ -13,6 +13,8 @@ from controlplane.lib.errors import DomainError, InvalidField
 from controlplane.nodes import selectors
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services import pools as services
+from controlplane.operations import degradation
+from controlplane.operations import selectors as operations
 from controlplane.params.diff import needs_restart
 from controlplane.params.models import TemplateVersion
 from controlplane.params.selectors import template_get, template_version_get
@@ -47,11 +49,14 @@ def _render_pool(request, name, publish_form=None, status=200):
         {
             "pool": pool,
             "timeline": selectors.pool_timeline(pool=pool),
+            "history": operations.pool_history(pool=pool),
+            "degradation": operations.pool_degradation(pool=pool),
             "versions": versions,
             "reached_non_production": selectors.version_ids_on_non_production(),
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
             "previous": selectors.pool_previous_version(pool=pool),
             "rollout": selectors.pool_rollout(pool=pool, now=timezone.now()),
+            "canary": _canary(pool),
             "publish_form": publish_form or forms.PublishForm(),
             "charts": pool_charts(pool),
         },
@@ -124,3 +129,51 @@ def _version_from_ref(ref: str) -> TemplateVersion:
     if not template_name or not number:
         raise InvalidField("version", "choose a template version")
     return template_version_get(template=template_get(name=template_name), number=number)
+
+
+@require_POST
+@page(write_action=Action.POOL_DEGRADE)
+def pool_degradation(request, name):
+    """Degrade the pool now (`active=true`) or end its degradation, with the reason given."""
+    pool = get_object_or_404(Pool, name=name)
+    enable = request.POST.get("active") == "true"
+    switch = degradation.degradation_enable if enable else degradation.degradation_disable
+    try:
+        switch(actor=request.user, pool=pool, reason=request.POST.get("reason", ""))
+    except DomainError as exc:
+        messages.error(request, f"Nothing changed. {exc.message}")
+    else:
+        messages.success(request, f"{pool.name} is degraded now." if enable else f"{pool.name} left degradation.")
+    return redirect("dashboard:pool-detail", name=name)
+
+
+def _canary(pool):
+    rollout = selectors.pool_latest_rollout(pool=pool)
+    return selectors.rollout_summary(rollout=rollout, now=timezone.now()) if rollout else None
+
+
+@require_POST
+@page(write_action=Action.POOL_PUBLISH)
+def pool_rollout_action(request, name):
+    """Pause, resume, promote now or abort the pool's running rollout; a reason is required."""
+    from controlplane.nodes.services import rollouts
+
+    pool = get_object_or_404(Pool, name=name)
+    rollout = selectors.pool_active_rollout(pool=pool)
+    actions = {
+        "pause": rollouts.rollout_pause,
+        "resume": rollouts.rollout_resume,
+        "promote": rollouts.rollout_promote,
+        "abort": rollouts.rollout_abort,
+    }
+    action = actions.get(request.POST.get("action", ""))
+    if rollout is None or action is None:
+        messages.error(request, f"{pool.name} has no rollout under way to change.")
+    else:
+        try:
+            action(actor=request.user, rollout=rollout, reason=request.POST.get("reason", ""))
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Rollout of {rollout.to_version}: {request.POST['action']} done.")
+    return redirect("dashboard:pool-detail", name=name)

@@ -38,5 +38,21 @@ def intent_model_text(*, model_id: int | None, sha256: str | None) -> str:
     return head[:-1] + ', "document": ' + document + "}"
 
 
+def warmup_dataset_text(*, pool_name: str, agent_sha256: str) -> tuple[str, str]:
+    """(the `warmup_dataset` message, the sha256 the agent holds after it) for an agent holding `agent_sha256`: the
+    pool's version with its messages, only `current: true` when the agent already has it, or messages null when the
+    pool has none assigned."""
+    from controlplane.datasets.selectors import pool_warmup_dataset, warmup_messages_text
+
+    version = pool_warmup_dataset(Pool.objects.get(name=pool_name))
+    if version is None:
+        return json.dumps({"type": "warmup_dataset", "version_id": None, "sha256": "", "messages": None}), ""
+    head = {"type": "warmup_dataset", "version_id": version.pk, "sha256": version.sha256}
+    if version.sha256 == agent_sha256:
+        return json.dumps({**head, "current": True}), version.sha256
+    # Spliced in as the stored canonical text (its sha256 is the version's), not parsed and re-serialised per agent.
+    return json.dumps(head)[:-1] + ', "messages": ' + warmup_messages_text(version.pk) + "}", version.sha256
+
+
 def wanted_model_sha256(model_ref: dict | None) -> str:
     return model_ref["sha256"] if model_ref else builtin_intent_model_sha256()

@@ -1,4 +1,4 @@
-"""What agents report over their connection: hello, heartbeats, ACK/NACK and command progress.
+"""What agents report over their connection: hello, heartbeats, ACK/NACK, command and warmup progress.
 
 These are the node's own telemetry, not changes made by a person, so they are not audited; every
 change a browser should see is broadcast as `node.updated`.
@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand
-from controlplane.nodes.selectors import node_summary
-from controlplane.nodes.services import cleanup
+from controlplane.nodes.selectors import node_desired_version, node_summary
+from controlplane.nodes.services import cleanup, rollouts
 from controlplane.params.models import TemplateVersion
 
 LOG_TAIL_LINES = 50
@@ -41,13 +41,16 @@ def node_hello(*, node_id: int, session_id: str, hello: dict) -> dict | None:
         node.is_connected = True
         node.session_id = session_id
         node.connected_at = node.last_seen_at = now
+        if isinstance(hello.get("warmup"), dict):
+            _record_warmup(node, hello["warmup"], now)
         if applied_hash != node.applied_hash:
             node.applied_hash = applied_hash
             node.applied_version = _version_by_hash(applied_hash, hello.get("applied_version"))
             node.applied_at = now
         node.save()
     _broadcast(node)
-    desired = node.pool.desired_version
+    # During a canary a node the stages have not reached yet keeps the previous version, also across reconnects.
+    desired = node_desired_version(node=node)
     if desired is not None and desired.content_hash != applied_hash:
         return realtime.config_message(desired)
     return None
@@ -70,6 +73,43 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
     node.save(update_fields=fields)
     if changed:
         _broadcast(node)
+
+
+def node_warmup_progress(*, node_id: int, progress: dict) -> None:
+    """A warmup run's progress (`{state, done, total, p50, p99, concurrency, ...}`), live on the node pages."""
+    now = timezone.now()
+    with transaction.atomic():
+        node = _locked(node_id)
+        _record_warmup(node, progress, now)
+        node.last_seen_at = now
+        node.save(
+            update_fields=["warmup_state", "warmup_progress", "warmup_finished_at", "warmup_failed_at", "last_seen_at"]
+        )
+    _broadcast(node)
+
+
+def _record_warmup(node: EngineNode, progress: dict, now) -> None:
+    state = progress.get("state")
+    if state not in EngineNode.WarmupState.values:
+        return
+    keys = (
+        "trigger", "done", "total", "check_requests", "p50", "p99", "errors", "concurrency", "max_concurrency",
+        "max_p99_s", "elapsed_s", "reason", "check_p99", "check_error_rate",
+    )  # fmt: skip
+    kept = {key: progress[key] for key in keys if isinstance(progress.get(key), int | float | str)}
+    if isinstance(kept.get("reason"), str):
+        kept["reason"] = kept["reason"][:500]
+    if isinstance(kept.get("trigger"), str):
+        kept["trigger"] = kept["trigger"][:32]
+    finished = state in {EngineNode.WarmupState.PASSED, EngineNode.WarmupState.FAILED, EngineNode.WarmupState.SKIPPED}
+    if finished and node.warmup_state == state and node.warmup_progress == kept:
+        return  # the hello repeating the run we already have
+    node.warmup_state = state
+    node.warmup_progress = kept
+    if finished:
+        node.warmup_finished_at = now
+    if state == EngineNode.WarmupState.FAILED:
+        node.warmup_failed_at = now
 
 
 def nodes_seen(*, node_ids: list[int]) -> None:
@@ -95,6 +135,9 @@ def node_config_result(*, node_id: int, ok: bool, content_hash: str, version: di
             node.last_nack_at = now
         node.save()
     _broadcast(node)
+    if not ok:
+        # A canary node refusing the new version fails its stage at once, not at the end of the window.
+        transaction.on_commit(lambda: rollouts.rollouts_nack_check(pool_id=node.pool_id))
 
 
 def nodes_config_acked(*, node_ids: list[int], content_hash: str, version_id: int) -> None:

@@ -7,8 +7,10 @@ from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, required_text
 from controlplane.nodes import realtime
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
-from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.models import Pool, PoolRelease, Rollout
 from controlplane.nodes.selectors import pool_previous_version, pool_rollback_targets, version_reached_non_production
+from controlplane.nodes.services import rollouts
+from controlplane.nodes.services.releases import release_record
 from controlplane.params.models import TemplateVersion
 
 
@@ -36,6 +38,12 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
         if locked.desired_version_id == version.pk:
             raise Conflict(f"version: {version} is already the desired version of {locked.name}")
+        active = Rollout.objects.filter(pool=locked, state__in=Rollout.ACTIVE).select_related("to_version").first()
+        if active is not None:
+            raise Conflict(
+                f"pool: the rollout of {active.to_version} to {locked.name} is under way; "
+                "promote it to the end, abort it or roll back first"
+            )
         override_reason = override_reason.strip()
         if locked.is_production and not version_reached_non_production(version=version):
             if not override_reason:
@@ -48,7 +56,24 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
         else:
             # Recorded only when the gate was actually skipped, so the timeline never shows a false override.
             override_reason = ""
-        release = _release(locked, actor, PoolRelease.Kind.PUBLISH, version, reason, override_reason)
+        # A canary when the pool has something to compare against: an earlier version and nodes left to run it.
+        first_stage = rollouts.rollout_first_stage(pool=locked)
+        release = release_record(
+            pool=locked,
+            actor=actor,
+            kind=PoolRelease.Kind.PUBLISH,
+            version=version,
+            reason=reason,
+            override_reason=override_reason,
+            audit_after={"canary": [node.name for node in first_stage]} if first_stage else None,
+        )
+        if first_stage:
+            rollout = rollouts.rollout_begin(release=release, first_stage=first_stage, actor=actor)
+            node_ids = [node.pk for node in first_stage]
+            transaction.on_commit(lambda: realtime.pool_released(release, node_ids=node_ids))
+            transaction.on_commit(lambda: rollouts.rollout_broadcast(rollout_id=rollout.pk))
+        else:
+            transaction.on_commit(lambda: realtime.pool_released(release))
     return release
 
 
@@ -66,30 +91,19 @@ def pool_rollback(*, actor, pool: Pool, reason: str, version: TemplateVersion | 
             raise Conflict(f"version: {version} is what {locked.name} runs now; nothing to roll back")
         elif version.pk not in {v.pk for v in pool_rollback_targets(pool=locked)}:
             raise InvalidField("version", f"{version} never ran on {locked.name}; publish it instead")
-        release = _release(locked, actor, PoolRelease.Kind.ROLLBACK, version, reason, "")
-    return release
-
-
-def _release(pool: Pool, actor, kind: str, version: TemplateVersion, reason: str, override_reason: str) -> PoolRelease:
-    previous = pool.desired_version
-    release = PoolRelease.objects.create(
-        pool=pool,
-        kind=kind,
-        version=version,
-        previous_version=previous,
-        actor=actor,
-        reason=reason,
-        override_reason=override_reason,
-    )
-    pool.desired_version = version
-    pool.save(update_fields=["desired_version"])
-    audit_record(
-        actor=actor,
-        action=f"pool.{kind}",
-        target=pool,
-        before={"desired_version": realtime.version_ref(previous)},
-        after={"desired_version": realtime.version_ref(version), "override_reason": override_reason or None},
-        reason=reason,
-    )
-    transaction.on_commit(lambda: realtime.pool_released(release))
+        # Rolling back during a canary ends it: every node, canary or not, goes to the rollback's version.
+        ended = rollouts.rollout_end_active(
+            pool=locked, state=Rollout.State.ABORTED, outcome=f"rolled back by {actor.get_username()}: {reason}"
+        )
+        release = release_record(
+            pool=locked,
+            actor=actor,
+            kind=PoolRelease.Kind.ROLLBACK,
+            version=version,
+            reason=reason,
+            audit_after={"rollout_aborted": ended.pk} if ended else None,
+        )
+        transaction.on_commit(lambda: realtime.pool_released(release))
+        if ended:
+            transaction.on_commit(lambda: rollouts.rollout_broadcast(rollout_id=ended.pk))
     return release

@@ -1,0 +1,449 @@
+"""Canary rollouts: a publish reaches the pool stage by stage, each stage watched for an analysis window.
+
+A stage's window starts once all its nodes ACKed the new version. Then the canary nodes' P99, error rate and
+spec-decode acceptance (means over the window) are compared with the rest of the pool (the baseline) and with the
+p99-latency alert rule's thresholds. A pass promotes to the next stage; a fail (or a NACK from a canary node) ends
+the rollout and the control plane itself rolls the canary nodes back to the version they ran before, audited as
+"system" with the evidence. The last stage covers the whole pool, so it has no baseline: it succeeds once every node
+ACKed, and from then on the alert rules watch the pool as always.
+"""
+
+import math
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.audit.services import audit_record, mutating_service
+from controlplane.lib.errors import Conflict, InvalidField, required_text
+from controlplane.metrics.models import MetricSample
+from controlplane.metrics.selectors import window_values
+from controlplane.nodes import realtime
+from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
+
+# Canary P99 above baseline × this (and above the warning line) fails; so does any P99 above the critical line.
+P99_RATIO = 1.5
+# Canary error rate above the baseline's by more than this (one percentage point) fails.
+ERROR_RATE_MARGIN = 0.01
+# Spec-decode acceptance lower than the baseline's by more than this (20 points), where both decode speculatively.
+ACCEPTANCE_DROP = 0.20
+# Seed thresholds, used when the p99-latency rule is missing or disabled.
+P99_WARN_S, P99_CRITICAL_S = 1.6, 2.0
+# A canary node with fewer samples than this share of the window is "missing": its figures would not mean much.
+MIN_SAMPLE_SHARE = 0.25
+# Missing canary metrics hold the stage; after this many windows without them the stage fails.
+STALE_WINDOWS_TO_FAIL = 2
+MAX_STAGES = 10
+MAX_WINDOW_S = 3600
+
+
+# --- pool settings --------------------------------------------------------------------------------------
+
+
+def canary_stages_check(stages) -> list[dict]:
+    """A list of 1-10 stages, each `{"nodes": n}` or `{"percent": p}`, growing, the last `{"percent": 100}`."""
+    if not isinstance(stages, list) or not 1 <= len(stages) <= MAX_STAGES:
+        raise InvalidField("canary_stages", f"give a list of 1 to {MAX_STAGES} stages")
+    checked: list[dict] = []
+    for i, stage in enumerate(stages):
+        if not isinstance(stage, dict) or len(stage) != 1 or not ({"nodes", "percent"} & set(stage)):
+            raise InvalidField("canary_stages", f'stage {i + 1}: give {{"nodes": n}} or {{"percent": p}}')
+        key, value = next(iter(stage.items()))
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            raise InvalidField("canary_stages", f"stage {i + 1}: {key} must be a whole number")
+        value = int(value)
+        if key == "nodes" and value < 1:
+            raise InvalidField("canary_stages", f"stage {i + 1}: nodes must be at least 1")
+        if key == "percent" and not 1 <= value <= 100:
+            raise InvalidField("canary_stages", f"stage {i + 1}: percent must be between 1 and 100")
+        checked.append({key: value})
+    if checked[-1] != {"percent": 100}:
+        raise InvalidField("canary_stages", 'the last stage must be {"percent": 100}, or the rollout never ends')
+    percents = [s["percent"] for s in checked if "percent" in s]
+    if percents != sorted(set(percents)):
+        raise InvalidField("canary_stages", "percentages must grow from stage to stage")
+    return checked
+
+
+@mutating_service
+def pool_canary_update(*, actor, pool: Pool, canary_stages, analysis_window_s, reason: str) -> Pool:
+    """Change how the pool's next publishes roll out: the stages and the analysis window."""
+    reason = required_text("reason", reason)
+    stages = canary_stages_check(canary_stages)
+    if isinstance(analysis_window_s, bool) or not isinstance(analysis_window_s, int):
+        raise InvalidField("analysis_window_s", "must be a whole number of seconds")
+    if not 1 <= analysis_window_s <= MAX_WINDOW_S:
+        raise InvalidField("analysis_window_s", f"must be between 1 and {MAX_WINDOW_S} seconds")
+    with transaction.atomic():
+        locked = Pool.objects.select_for_update().get(pk=pool.pk)
+        before = {"canary_stages": locked.canary_stages, "analysis_window_s": locked.analysis_window_s}
+        locked.canary_stages, locked.analysis_window_s = stages, analysis_window_s
+        locked.save(update_fields=["canary_stages", "analysis_window_s"])
+        after = {"canary_stages": stages, "analysis_window_s": analysis_window_s}
+        audit_record(actor=actor, action="pool.canary_update", target=locked, before=before, after=after, reason=reason)
+    return locked
+
+
+# --- starting -------------------------------------------------------------------------------------------
+
+
+def stage_size(stage: dict, total: int) -> int:
+    """How many nodes a stage covers in a pool of `total` (cumulative, at least one)."""
+    wanted = stage["nodes"] if "nodes" in stage else math.ceil(total * stage["percent"] / 100)
+    return max(1, min(total, wanted))
+
+
+def rollout_first_stage(*, pool: Pool) -> list[EngineNode]:
+    """The nodes a publish goes to first, or [] when it goes to every node at once (nothing to compare with:
+    no earlier version, fewer than two nodes, or a first stage that already covers the pool)."""
+    if pool.desired_version_id is None:
+        return []
+    nodes = _candidates(pool, exclude=set())
+    if len(nodes) < 2 or stage_size(pool.canary_stages[0], len(nodes)) >= len(nodes):
+        return []
+    return nodes[: stage_size(pool.canary_stages[0], len(nodes))]
+
+
+def rollout_begin(*, release: PoolRelease, first_stage: list[EngineNode], actor) -> Rollout:
+    """The rollout of a publish that goes to `first_stage` first; pool_publish audits it."""
+    return Rollout.objects.create(
+        pool=release.pool,
+        from_version=release.previous_version,
+        to_version=release.version,
+        release=release,
+        stages=release.pool.canary_stages,
+        stage_started_at=timezone.now(),
+        stage_nodes=[[node.name for node in first_stage]],
+        created_by=actor,
+    )
+
+
+def rollout_end_active(*, pool: Pool, state: str, outcome: str) -> Rollout | None:
+    """End the pool's active rollout, if any (a rollback does; its caller writes the audit entry)."""
+    rollout = Rollout.objects.select_for_update().filter(pool=pool, state__in=Rollout.ACTIVE).first()
+    if rollout is None:
+        return None
+    rollout.state, rollout.outcome, rollout.finished_at = state, outcome[:2000], timezone.now()
+    rollout.save(update_fields=["state", "outcome", "finished_at"])
+    return rollout
+
+
+def _candidates(pool: Pool, exclude: set[str]) -> list[EngineNode]:
+    """Nodes that may join a stage: connected ones first (they ACK and report), then by name."""
+    nodes = [n for n in pool.nodes.order_by("name") if n.name not in exclude]
+    return sorted(nodes, key=lambda n: not n.is_connected)
+
+
+# --- SRE actions ----------------------------------------------------------------------------------------
+
+
+@mutating_service
+def rollout_pause(*, actor, rollout: Rollout, reason: str) -> Rollout:
+    """Hold the rollout where it is: no analysis, no promotion, until resumed."""
+    return _sre_action(actor, rollout, reason, "pause", _pause)
+
+
+@mutating_service
+def rollout_resume(*, actor, rollout: Rollout, reason: str) -> Rollout:
+    """Continue a paused rollout; its stage gets a fresh analysis window."""
+    return _sre_action(actor, rollout, reason, "resume", _resume)
+
+
+@mutating_service
+def rollout_promote(*, actor, rollout: Rollout, reason: str) -> Rollout:
+    """Send the next stage now, without waiting for the analysis."""
+    return _sre_action(actor, rollout, reason, "promote", _promote_now)
+
+
+@mutating_service
+def rollout_abort(*, actor, rollout: Rollout, reason: str) -> Rollout:
+    """End the rollout and return the canary nodes to the version they ran before."""
+    return _sre_action(actor, rollout, reason, "abort", _abort)
+
+
+def _sre_action(actor, rollout: Rollout, reason: str, verb: str, change) -> Rollout:
+    reason = required_text("reason", reason)
+    with transaction.atomic():
+        Pool.objects.select_for_update().get(pk=rollout.pool_id)
+        locked = (
+            Rollout.objects.select_for_update().select_related("pool", "to_version", "from_version").get(pk=rollout.pk)
+        )
+        if not locked.is_active:
+            raise Conflict(f"rollout: it has already ended ({locked.state})")
+        before = _audit_state(locked)
+        change(locked, actor, reason)
+        audit_record(
+            actor=actor,
+            action=f"rollout.{verb}",
+            target=locked,
+            before=before,
+            after=_audit_state(locked),
+            reason=reason,
+        )
+    transaction.on_commit(lambda: rollout_broadcast(rollout_id=locked.pk))
+    return locked
+
+
+def _pause(rollout: Rollout, actor, reason: str) -> None:
+    if rollout.state == Rollout.State.PAUSED:
+        raise Conflict("rollout: it is paused already")
+    rollout.state = Rollout.State.PAUSED
+    rollout.save(update_fields=["state"])
+
+
+def _resume(rollout: Rollout, actor, reason: str) -> None:
+    if rollout.state != Rollout.State.PAUSED:
+        raise Conflict("rollout: it is not paused")
+    rollout.state, rollout.stage_acked_at = Rollout.State.RUNNING, None
+    rollout.save(update_fields=["state", "stage_acked_at"])
+
+
+def _promote_now(rollout: Rollout, actor, reason: str) -> None:
+    if _is_last_stage(rollout):
+        raise Conflict("rollout: it is at its last stage already; it ends when every node has ACKed")
+    _promote(rollout, {"verdict": "promoted", "by": actor.get_username(), "reason": reason})
+
+
+def _abort(rollout: Rollout, actor, reason: str) -> None:
+    _roll_back(rollout, actor=actor, state=Rollout.State.ABORTED, reason=f"rollout aborted: {reason}", audited=False)
+
+
+# --- the analysis ---------------------------------------------------------------------------------------
+
+
+def rollouts_analyse(*, now: datetime | None = None) -> int:
+    """One pass over every running rollout (the periodic task); returns how many it looked at."""
+    ids = list(Rollout.objects.filter(state=Rollout.State.RUNNING).values_list("pk", flat=True))
+    for rollout_id in ids:
+        rollout_step(rollout_id=rollout_id, now=now)
+    return len(ids)
+
+
+def rollout_step(*, rollout_id: int, now: datetime | None = None) -> None:
+    """Move one rollout on: note its stage's ACKs, analyse a finished window, promote, succeed or roll back."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        Pool.objects.select_for_update().filter(rollouts__pk=rollout_id).first()
+        rollout = (
+            Rollout.objects.select_for_update()
+            .select_related("pool", "to_version", "from_version")
+            .filter(pk=rollout_id, state=Rollout.State.RUNNING)
+            .first()
+        )
+        if rollout is None:
+            return
+        changed = _step(rollout, now)
+    if changed:
+        transaction.on_commit(lambda: rollout_broadcast(rollout_id=rollout_id))
+
+
+def rollouts_nack_check(*, pool_id: int) -> None:
+    """A node of this pool NACKed: if it is a canary node of a running rollout, the stage fails now."""
+    for rollout_id in Rollout.objects.filter(pool_id=pool_id, state=Rollout.State.RUNNING).values_list("pk", flat=True):
+        rollout_step(rollout_id=rollout_id)
+
+
+def _step(rollout: Rollout, now: datetime) -> bool:
+    target = rollout.to_version.content_hash
+    canary = list(rollout.pool.nodes.filter(name__in=rollout.canary_nodes).order_by("name"))
+    for node in canary:
+        if node.last_nack_hash == target and node.applied_hash != target:
+            evidence = {
+                "stage": rollout.stage_index,
+                "at": now.isoformat(),
+                "verdict": "fail",
+                "reasons": [f"{node.name} refused the version: {node.last_nack_error[:300]}"],
+            }
+            _fail(rollout, evidence)
+            return True
+    if not all(node.applied_hash == target for node in canary):
+        return False
+    if rollout.stage_acked_at is None:
+        rollout.stage_acked_at = now
+        rollout.save(update_fields=["stage_acked_at"])
+        return True
+    if _is_last_stage(rollout):
+        rollout.state, rollout.finished_at = Rollout.State.SUCCEEDED, now
+        rollout.outcome = f"every node of {rollout.pool.name} runs {rollout.to_version}"
+        rollout.save(update_fields=["state", "finished_at", "outcome"])
+        return True
+    window = rollout.pool.analysis_window_s
+    held = (now - rollout.stage_acked_at).total_seconds()
+    if held < window:
+        return False
+    evidence = rollout_analysis(rollout=rollout, now=now)
+    if evidence["verdict"] == "hold" and held >= STALE_WINDOWS_TO_FAIL * window:
+        evidence["verdict"] = "fail"
+        evidence["reasons"].append(f"no canary metrics for {STALE_WINDOWS_TO_FAIL} analysis windows")
+    if evidence["verdict"] == "pass":
+        _promote(rollout, evidence)
+    elif evidence["verdict"] == "fail":
+        _fail(rollout, evidence)
+    else:
+        _record(rollout, evidence)
+    return True
+
+
+def rollout_analysis(*, rollout: Rollout, now: datetime) -> dict:
+    """Canary against baseline over the last window: figures, thresholds and a verdict (pass | fail | hold)."""
+    window = rollout.pool.analysis_window_s
+    canary_names = set(rollout.canary_nodes)
+    baseline_names = set(rollout.pool.nodes.values_list("name", flat=True)) - canary_names
+    warn, critical = p99_thresholds()
+    canary, missing = _figures(sorted(canary_names), window, now)
+    baseline, _ = _figures(sorted(baseline_names), window, now)
+    evidence = {
+        "stage": rollout.stage_index,
+        "at": now.isoformat(),
+        "window_s": window,
+        "canary_nodes": sorted(canary_names),
+        "canary": canary,
+        "baseline": baseline,
+        "thresholds": {
+            "p99_warn_s": warn,
+            "p99_critical_s": critical,
+            "p99_ratio": P99_RATIO,
+            "error_rate_margin": ERROR_RATE_MARGIN,
+            "acceptance_drop": ACCEPTANCE_DROP,
+        },
+        "reasons": [],
+    }
+    if missing:
+        evidence["verdict"] = "hold"
+        evidence["reasons"].append("no recent metrics from " + ", ".join(missing))
+        return evidence
+    reasons = evidence["reasons"]
+    p99, base_p99 = canary["latency_p99_s"], baseline["latency_p99_s"]
+    if p99 is not None and critical is not None and p99 > critical:
+        reasons.append(f"canary P99 {p99:.3f} s is above the critical line {critical} s")
+    elif p99 is not None and p99 > warn and (base_p99 is None or p99 > base_p99 * P99_RATIO):
+        compared = "" if base_p99 is None else f" and {P99_RATIO}× the baseline's {base_p99:.3f} s"
+        reasons.append(f"canary P99 {p99:.3f} s is above the warning line {warn} s{compared}")
+    errors, base_errors = canary["error_rate"], baseline["error_rate"]
+    if errors is not None and errors > (base_errors or 0.0) + ERROR_RATE_MARGIN:
+        reasons.append(f"canary error rate {errors:.2%} is above the baseline's {(base_errors or 0.0):.2%} + 1 point")
+    acceptance, base_acceptance = canary["spec_acceptance_rate"], baseline["spec_acceptance_rate"]
+    if acceptance is not None and base_acceptance is not None and base_acceptance - acceptance > ACCEPTANCE_DROP:
+        reasons.append(
+            f"spec-decode acceptance {acceptance:.0%} is more than 20 points below the baseline's {base_acceptance:.0%}"
+        )
+    evidence["verdict"] = "fail" if reasons else "pass"
+    return evidence
+
+
+def p99_thresholds() -> tuple[float, float | None]:
+    """The p99-latency alert rule's warning and critical lines (its newest enabled version), else the seed's."""
+    from controlplane.alerts.models import AlertRuleVersion
+
+    version = AlertRuleVersion.objects.filter(rule__name="p99-latency").order_by("-number").first()
+    if version is None or not version.is_enabled:
+        return P99_WARN_S, P99_CRITICAL_S
+    return version.warn, version.critical
+
+
+def _figures(names: list[str], window: float, now: datetime) -> tuple[dict, list[str]]:
+    """Window means over these nodes' 1 s samples, and which nodes sent too few samples to count."""
+    figures, missing = {}, []
+    for metric in ("latency_p99_s", "error_rate", "spec_acceptance_rate"):
+        values: list[float] = []
+        for name in names:
+            node_values = window_values(
+                scope=MetricSample.Scope.NODE, name=name, metric=metric, seconds=window, now=now
+            )
+            if metric == "latency_p99_s" and len(node_values) < max(1, window * MIN_SAMPLE_SHARE):
+                missing.append(name)
+            values.extend(node_values)
+        figures[metric] = sum(values) / len(values) if values else None
+    return figures, missing
+
+
+# --- moving on ------------------------------------------------------------------------------------------
+
+
+def _is_last_stage(rollout: Rollout) -> bool:
+    return set(rollout.canary_nodes) >= set(rollout.pool.nodes.values_list("name", flat=True))
+
+
+def _promote(rollout: Rollout, evidence: dict) -> None:
+    """Enter the next stage that adds nodes; its nodes get the new version on commit."""
+    pool = rollout.pool
+    total = pool.nodes.count()
+    covered = set(rollout.canary_nodes)
+    index = rollout.stage_index + 1
+    while index < len(rollout.stages) - 1 and stage_size(rollout.stages[index], total) <= len(covered):
+        index += 1
+    size = total if index >= len(rollout.stages) - 1 else stage_size(rollout.stages[index], total)
+    added = _candidates(pool, exclude=covered)[: size - len(covered)]
+    rollout.evidence = [*rollout.evidence, evidence]
+    rollout.stage_index = min(index, len(rollout.stages) - 1)
+    rollout.stage_nodes = [*rollout.stage_nodes, [node.name for node in added]]
+    rollout.stage_started_at, rollout.stage_acked_at = timezone.now(), None
+    rollout.save(update_fields=["evidence", "stage_index", "stage_nodes", "stage_started_at", "stage_acked_at"])
+    node_ids, version = [node.pk for node in added], rollout.to_version
+    transaction.on_commit(lambda: realtime.config_to_nodes(node_ids, version))
+
+
+def _record(rollout: Rollout, evidence: dict) -> None:
+    """Keep the latest hold of a stage, not one per pass."""
+    history = list(rollout.evidence)
+    if history and history[-1].get("verdict") == "hold" and history[-1].get("stage") == evidence["stage"]:
+        history[-1] = evidence
+    else:
+        history.append(evidence)
+    rollout.evidence = history
+    rollout.save(update_fields=["evidence"])
+
+
+def _fail(rollout: Rollout, evidence: dict) -> None:
+    rollout.evidence = [*rollout.evidence, evidence]
+    rollout.save(update_fields=["evidence"])
+    reason = "canary analysis failed: " + "; ".join(evidence["reasons"])
+    _roll_back(rollout, actor=None, state=Rollout.State.ROLLED_BACK, reason=reason, evidence=evidence)
+
+
+def _roll_back(
+    rollout: Rollout, *, actor, state: str, reason: str, evidence: dict | None = None, audited: bool = True
+) -> PoolRelease:
+    """Every node of the pool back to the rollout's previous version (the others already run it: they ACK at once)."""
+    from controlplane.nodes.services.releases import release_record
+
+    pool = rollout.pool
+    rollout.state, rollout.finished_at, rollout.outcome = state, timezone.now(), reason[:2000]
+    rollout.save(update_fields=["state", "finished_at", "outcome"])
+    release = release_record(
+        pool=pool,
+        actor=actor,
+        kind=PoolRelease.Kind.ROLLBACK,
+        version=rollout.from_version,
+        reason=reason,
+        audit_after={"rollout": rollout.pk, "canary_nodes": rollout.canary_nodes, "evidence": evidence},
+        audited=audited,
+    )
+    transaction.on_commit(lambda: realtime.pool_released(release))
+    return release
+
+
+def _audit_state(rollout: Rollout) -> dict:
+    return {"state": rollout.state, "stage": rollout.stage_index, "canary_nodes": rollout.canary_nodes}
+
+
+# --- reads ----------------------------------------------------------------------------------------------
+
+
+def rollout_broadcast(*, rollout_id: int) -> None:
+    from controlplane.nodes.selectors import rollout_summary
+
+    rollout = Rollout.objects.select_related("pool", "to_version__template", "from_version__template").filter(
+        pk=rollout_id
+    )
+    rollout = rollout.first()
+    if rollout is not None:
+        realtime.rollout_updated(rollout_summary(rollout=rollout, now=timezone.now()))
+
+
+def window_left_s(rollout: Rollout, now: datetime) -> float | None:
+    """Seconds until the stage's analysis, once its nodes have ACKed."""
+    if rollout.stage_acked_at is None:
+        return None
+    end = rollout.stage_acked_at + timedelta(seconds=rollout.pool.analysis_window_s)
+    return max(0.0, (end - now).total_seconds())

@@ -1,0 +1,190 @@
+"""The metrics and alerting loop end to end, nothing faked: three agents on the simulator under load send their 1 Hz
+samples to daphne, the periodic evaluator (`manage.py run_periodic`) runs the default rule pack, and Chromium
+watches the overview charts grow and the on-call page change without a reload.
+
+Stopping a node fires "node lost"; raising one simulator's step latency fires the P99 warning, then the critical
+level, and lowering it again resolves the incident."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from django.db import connection
+
+from controlplane.alerts.models import AlertGroup
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services.engine_nodes import node_create
+from tests.browser.test_dashboard_flow import login
+from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
+from tests.live_server import ROOT, free_port, subprocess_database_url
+
+pytestmark = [pytest.mark.browser, pytest.mark.agents, pytest.mark.django_db(transaction=True)]
+
+# Every reply is 10 tokens at full simulated speed (~0.1 s); a latency factor then sets P99 almost exactly.
+STEADY = """
+latency:
+  time_scale: 1.0
+reply_length:
+  median: 10
+  sigma: 0.01
+  min: 10
+  max: 10
+"""
+WARN_FACTOR = 16  # ~1.8 s end to end: above the 1.6 s warning, below the 2.0 s critical level
+CRITICAL_FACTOR = 30  # ~3 s
+
+
+def off_thread(work):
+    """ORM work in another thread: Playwright's event loop runs in this one."""
+    result, errors = [], []
+
+    def run():
+        try:
+            result.append(work())
+        except Exception as exc:  # re-raised in the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+def set_faults(engine_port: int, **faults) -> None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{engine_port}/sim/faults",
+        data=json.dumps(faults).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=5).read()
+
+
+def severity(page, rule: str) -> str:
+    card = page.locator(f'[data-testid="incident-{rule}"]')
+    if card.count() == 0:
+        return ""
+    return card.locator('[data-field="severity"]').inner_text().lower()
+
+
+@pytest.fixture
+def fleet(seeded, server_url, tmp_path):
+    profile = tmp_path / "steady.yaml"
+    profile.write_text(STEADY)
+
+    def register():
+        from controlplane.accounts.models import User
+
+        sre = User.objects.get(username="sre")
+        pool = Pool.objects.get(name="prod-main")
+        return [node_create(actor=sre, name=f"live-{i}", pool=pool)[1] for i in range(1, 4)]
+
+    tokens = off_thread(register)
+    agents = []
+    for i, token in enumerate(tokens, start=1):
+        engine_port = free_port()
+        agent = AgentProcess(
+            name=f"live-{i}",
+            token=token,
+            control_plane_url=server_url.replace("http://", "ws://") + "/ws/agent/",
+            work=tmp_path,
+            backend_args=[
+                "--backend",
+                "simulator",
+                "--simulator-profile",
+                str(profile),
+                "--engine-port",
+                str(engine_port),
+            ],
+        )
+        agent.engine_port = engine_port
+        agents.append(agent)
+    evaluator = subprocess.Popen(
+        [sys.executable, "manage.py", "run_periodic", "--only", "alerts-evaluate"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": subprocess_database_url()},
+        stdout=open(tmp_path / "periodic.log", "a"),  # noqa: SIM115 - kept open for the process's life
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        for agent in agents:
+            agent.start()
+        connected = EngineNode.objects.filter(name__startswith="live-", is_connected=True)
+        wait_until(lambda: off_thread(connected.count) == 3, 30, "three agents to connect")
+        yield agents
+    finally:
+        evaluator.terminate()
+        evaluator.wait(timeout=10)
+        for agent in agents:
+            agent.stop()
+
+
+def test_live_charts_node_lost_and_p99_warning_critical_resolution(fleet, server_url, new_page, shot):
+    agents = fleet
+    with Traffic(agents, per_agent_threads=1):
+        page = new_page()
+        login(page, server_url, "oncall")
+        page.goto(f"{server_url}/")
+        page.wait_for_function("document.getElementById('chart-qps') && document.getElementById('chart-qps').data")
+        points = "document.getElementById('chart-qps').data[0].x.length"
+        page.wait_for_function(f"{points} >= 2", timeout=15_000)
+        before = page.evaluate(points)
+        page.wait_for_timeout(3200)
+        assert page.evaluate(points) >= before + 2, "the overview charts must gain a point about every second"
+        shot(page, "70-overview-live-three-nodes")
+
+        # Node lost: stop one agent; the on-call page shows it without a reload, within the rule's window.
+        page.goto(f"{server_url}/oncall/")
+        page.locator("#live-state.on").wait_for()
+        stopped_at = time.monotonic()
+        agents[2].stop()
+        card = page.locator('[data-testid="incident-node-lost"]')
+        card.wait_for(timeout=20_000)
+        assert time.monotonic() - stopped_at < 20
+        assert "live-3" in card.locator('[data-field="affected"]').inner_text()
+
+        card.locator("form.ack-form input[name=note]").fill("host live-3 is being replaced")
+        card.locator("form.ack-form button").click()
+        page.wait_for_url(f"{server_url}/oncall/")
+        card = page.locator('[data-testid="incident-node-lost"]')
+        silence = card.locator("form.silence-form")
+        silence.locator("input[name=reason]").fill("hardware swap in progress")
+        silence.locator("button").click()
+        page.wait_for_url(f"{server_url}/oncall/")
+        page.locator('[data-testid="incident-node-lost"] [data-field="silenced"]').wait_for()
+        assert off_thread(lambda: AuditEntry.objects.filter(action="alert.acknowledge").count()) == 1
+        assert off_thread(lambda: AuditEntry.objects.filter(action="silence.create").count()) == 1
+        shot(page, "71-oncall-node-lost-acked-silenced")
+
+        # P99: slow one simulator down to ~1.8 s (warning), then ~3 s (critical), then back (resolved).
+        slow = agents[0]
+        set_faults(slow.engine_port, latency_factor=WARN_FACTOR)
+        page.wait_for_function(
+            "(document.querySelector('[data-testid=incident-p99-latency] [data-field=severity]') || {}).innerText"
+            " && document.querySelector('[data-testid=incident-p99-latency] [data-field=severity]')"
+            ".innerText.toLowerCase() === 'warning'",
+            timeout=60_000,
+        )
+        shot(page, "72-oncall-p99-warning")
+        set_faults(slow.engine_port, latency_factor=CRITICAL_FACTOR)
+        page.wait_for_function(
+            "(document.querySelector('[data-testid=incident-p99-latency] [data-field=severity]') || {innerText: ''})"
+            ".innerText.toLowerCase() === 'critical'",
+            timeout=60_000,
+        )
+        shot(page, "73-oncall-p99-critical")
+        set_faults(slow.engine_port, latency_factor=1.0)
+        page.locator('[data-testid="incident-p99-latency"]').wait_for(state="detached", timeout=60_000)
+        group = off_thread(lambda: AlertGroup.objects.filter(rule__name="p99-latency").latest("pk"))
+        assert group.state == "resolved"
+        shot(page, "74-oncall-p99-resolved")

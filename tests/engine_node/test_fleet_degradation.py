@@ -1,0 +1,121 @@
+"""Automatic degradation against a live agent: a scripted load ramp on a fake clock drives the evaluation in-process
+(control plane on daphne with the Redis layer and Postgres, one agent on the simulator); the gateway's explain
+endpoint must show the degraded parameters within a second of each transition, and the normal ones after it leaves.
+
+The ramp is written as the node's samples at fake times a thousand seconds ahead, so they, not the agent's own
+1 Hz samples, are the node's newest; the bundle pushes and the agent are real.
+"""
+
+import json
+import time
+import urllib.request
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane.audit.models import AuditEntry
+from controlplane.metrics.models import MetricSample
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.operations.degradation import degradation_evaluate
+from controlplane.operations.models import DegradationEvent
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+MESSAGE = {"message": "我的订单到哪了？", "max_tokens": 1000}
+
+
+def explain(agent: AgentProcess) -> dict:
+    request = urllib.request.Request(
+        f"{agent.url}/v1/policy/explain",
+        data=json.dumps(MESSAGE).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def decision(agent: AgentProcess) -> dict:
+    return explain(agent)["decision"]
+
+
+@pytest.fixture
+def node(tmp_path, sre):
+    profile = tmp_path / "fast.yaml"
+    profile.write_text(FAST_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    engine_node, token = node_create(actor=sre, name="gpu-1", pool=pool)
+    agent = AgentProcess(
+        name=engine_node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+    )
+    try:
+        agent.start()
+        wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 1, 30, "the agent to connect")
+        yield {"pool": pool, "agent": agent}
+    finally:
+        agent.stop()
+        server.stop()
+
+
+def test_a_load_ramp_degrades_the_pool_and_the_node_follows_within_a_second(node, sre):
+    pool, gateway = node["pool"], node["agent"]
+    template = template_create(actor=sre, name="chat")
+    document = {
+        "inference_params": {"degradation": {"enter_after_s": 10, "exit_after_s": 20}, "max_tokens": {"whitelist": []}}
+    }
+    version = template_version_create(actor=sre, template=template, document=document, base_number=None)
+    pool_publish(actor=sre, pool=pool, version=version, reason="first")
+    wait_until(lambda: explain(gateway)["template"] == "chat v1", 15, "the config")
+    before = decision(gateway)
+    assert before["degraded"] is False and before["max_tokens"] > 128
+
+    fake = timezone.now() + timedelta(seconds=1000)
+    clock = {"s": 0}
+
+    def step(kv: float) -> list[DegradationEvent]:
+        t = fake + timedelta(seconds=clock["s"])
+        clock["s"] += 1
+        MetricSample.objects.create(
+            scope=MetricSample.Scope.NODE, name="gpu-1", pool="staging", t=t,
+            resolution_s=MetricSample.Resolution.SECOND,
+            values={"kv_cache_usage": kv, "gpu_util": 0.2, "queue_depth_short": 0, "queue_depth_long": 0},
+        )  # fmt: skip
+        return degradation_evaluate(now=t)
+
+    # Ramp up through the exit and entry lines, with a dip that restarts the entry clock.
+    assert [e for kv in (0.3, 0.5, 0.7, 0.85, 0.9, 0.92, 0.79) for e in step(kv)] == []
+    assert [e for _ in range(10) for e in step(0.93)] == []
+    assert decision(gateway)["degraded"] is False
+    (entered,) = step(0.94)
+    changed_at = time.monotonic()
+    degraded = wait_until(lambda: (d := decision(gateway))["degraded"] and d, 5, "the degraded bundle", 0.02)
+    entered_after_s = time.monotonic() - changed_at
+    assert entered.kind == "entered" and entered.cause == "automatic"
+    assert (degraded["temperature"], degraded["max_tokens"], degraded["temperature_rule"]) == (0.7, 128, "degradation")
+    assert entered_after_s < 1.0, f"the node got the degraded parameters {entered_after_s:.2f} s after the transition"
+
+    # Ramp down: hovering between the lines keeps it degraded; 20 s below the exit line ends it.
+    assert [e for kv in (0.75, 0.65, 0.7, 0.55, 0.62) * 4 for e in step(kv)] == []
+    assert [e for _ in range(20) for e in step(0.4)] == []
+    assert decision(gateway)["degraded"] is True
+    (left,) = step(0.3)
+    changed_at = time.monotonic()
+    normal = wait_until(lambda: (d := decision(gateway))["degraded"] is False and d, 5, "the normal bundle", 0.02)
+    left_after_s = time.monotonic() - changed_at
+    assert left.kind == "left"
+    assert (normal["temperature"], normal["max_tokens"]) == (before["temperature"], before["max_tokens"])
+    assert left_after_s < 1.0, f"the node got the normal parameters back {left_after_s:.2f} s after the transition"
+    audit = AuditEntry.objects.filter(action__startswith="pool.degrade").order_by("id")
+    assert list(audit.values_list("action", "actor_name")) == [
+        ("pool.degrade", "system"),
+        ("pool.degrade_end", "system"),
+    ]
+    print(f"degraded parameters on the node {entered_after_s * 1000:.0f} ms after entering, "
+          f"normal ones {left_after_s * 1000:.0f} ms after leaving")  # fmt: skip

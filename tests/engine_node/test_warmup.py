@@ -1,0 +1,107 @@
+"""Warmup runs on an agent running the simulator, against the real control plane (daphne, Redis, Postgres).
+
+The pool has a warmup dataset of 120 messages. The agent starts with nothing on disk, gets the dataset in answer
+to its hello, replays it before its gate opens, passes and serves. A new cold config (fp8, which this profile
+makes 100 times slower) fails the check over the first 100 requests: the node restarts on the previous config,
+warms it up, serves, NACKs the new version with the P99 it saw, and the warmup-failed alert fires.
+"""
+
+import pytest
+
+from controlplane.alerts.evaluation import evaluate
+from controlplane.alerts.models import Alert
+from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+SLOW_FP8_PROFILE = """
+latency:
+  time_scale: 0.05
+reply_length:
+  median: 12
+  sigma: 0.3
+  min: 4
+  max: 16
+supported_quantizations:
+  fp8: 100.0
+"""
+WARMUP = {"initial_concurrency": 10, "check_requests": 100, "max_p99_s": 0.5, "step_s": 5, "max_duration_s": 120}
+
+
+def document(**engine) -> dict:
+    return {
+        "inference_params": {
+            "max_tokens": {"whitelist": [], "continuation_max_rounds": 0, "default": 16, "streaming_threshold": 16},
+            "degradation": {"max_tokens": 16},
+            "warmup": WARMUP,
+            "engine": engine,
+        }
+    }
+
+
+def node_row(name: str) -> EngineNode:
+    return EngineNode.objects.get(name=name)
+
+
+def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_path, sre):
+    profile = tmp_path / "slow-fp8.yaml"
+    profile.write_text(SLOW_FP8_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    template = template_create(actor=sre, name="chat")
+    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
+    pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+    csv = "text\n" + "".join(f"我的订单{i}到哪了？\n" for i in range(120))
+    dataset = warmup_dataset_create(actor=sre, name="top-queries", content=csv.encode(), fmt="csv")
+    pool_warmup_assign(actor=sre, pool=pool, version=dataset.versions.get(number=1), reason="festival warmup")
+    _, token = node_create(actor=sre, name="gpu-1", pool=pool)
+    agent = AgentProcess(
+        name="gpu-1",
+        token=token,
+        control_plane_url=server.ws_agent_url,
+        work=tmp_path,
+        profile=profile,
+        queue_timeout_s=60,
+    )
+    try:
+        agent.start()
+        wait_until(lambda: node_row("gpu-1").warmup_state == "passed", 60, "the start-up warmup to pass")
+        node = node_row("gpu-1")
+        assert node.warmup_progress["trigger"] == "start"
+        assert node.warmup_progress["done"] == 120 and node.warmup_progress["check_requests"] == 100
+        assert node.warmup_progress["p99"] <= 0.5
+        wait_until(lambda: node_row("gpu-1").applied_hash == v1.content_hash, 30, "ACK of v1")
+        wait_until(lambda: agent.health()["status"] == "online", 30, "the gate to open")
+        assert agent.chat()[0] == 200
+
+        v2 = template_version_create(
+            actor=sre, template=template, document=document(quantization="fp8"), base_number=v1.number
+        )
+        pool_publish(actor=sre, pool=pool, version=v2, reason="try fp8")
+        wait_until(lambda: node_row("gpu-1").last_nack_hash == v2.content_hash, 120, "the NACK of v2")
+        node = node_row("gpu-1")
+        assert node.last_nack_error.startswith("warmup failed: p99 "), node.last_nack_error
+        assert "> 0.5 s over the first 100 requests" in node.last_nack_error
+        assert node.applied_hash == v1.content_hash
+        assert node.warmup_failed_at is not None
+
+        # Back on v1, warmed up again and serving.
+        wait_until(lambda: node_row("gpu-1").warmup_progress.get("trigger") == "rollback", 60, "the rollback warmup")
+        wait_until(lambda: agent.health()["status"] == "online", 60, "the gate to reopen")
+        assert agent.health()["applied"] == f"chat v{v1.number}"
+        assert node_row("gpu-1").warmup_state == "passed"
+        assert agent.chat()[0] == 200
+
+        evaluate()
+        alert = Alert.objects.get(rule__name="warmup-failed", name="gpu-1")
+        assert alert.state == Alert.State.FIRING
+    finally:
+        agent.stop()
+        server.stop()
