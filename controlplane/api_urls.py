@@ -50,6 +50,7 @@ urlpatterns = [
     path("pools/<slug:name>/rollback/", nodes.PoolRollback.as_view(), name="pool-rollback"),
     path("pools/<slug:name>/rollback-preview/", nodes.PoolRollbackPreview.as_view(), name="pool-rollback-preview"),
     path("pools/<slug:name>/rollout/", engine_nodes.PoolRollout.as_view(), name="pool-rollout"),
+    path("pools/<slug:name>/canary/", engine_nodes.PoolCanary.as_view(), name="pool-canary"),
     path("pools/<slug:name>/cleanup/", engine_nodes.PoolCleanup.as_view(), name="pool-cleanup"),
     path("nodes/", engine_nodes.NodeList.as_view(), name="node-list"),
     path("nodes/<slug:name>/", engine_nodes.NodeDetail.as_view(), name="node-detail"),

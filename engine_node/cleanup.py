@@ -150,6 +150,7 @@ class MemoryCleanup:
             # Everything while the gate is closed, the reading after included, counts against the bound.
             async with asyncio.timeout(max_duration_s):
                 await progress("running", "draining: in-flight requests finish, new ones wait")
+                result["in_flight_at_drain"] = self.admission.in_flight
                 done, waited = await self.admission.drain(min(self.drain_timeout_s, max_duration_s))
                 result["drained_s"] = round(waited, 3)
                 if not done:

@@ -16,6 +16,8 @@ Installed once by a data migration as version 1 of each rule (author: none, the 
   already rolled back); the signal stays up 10 minutes after it so the alert is seen (alerts/signals.py).
 - Pool degraded, 0 s: degradation is entered with its own hysteresis (controlplane/operations/degradation.py);
   the pool's `degraded` figure is the number of its nodes running the degraded bundle.
+- Canary rolled back, 0 s: the rollout's analysis window already is the debounce (controlplane/nodes/services/
+  rollouts.py); the signal stays up 10 minutes after the rollback so the alert is seen (alerts/signals.py).
 """
 
 DEFAULT_RULES: tuple[dict, ...] = (
@@ -139,6 +141,17 @@ DEFAULT_RULES: tuple[dict, ...] = (
         "for_s": 0,
         "runbook": "warmup-failed",
         "summary": "A node's warmup failed its health check (P99 or errors over the first requests) and it rolled back",
+    },
+    {
+        "name": "canary-rolled-back",
+        "metric": "canary_rolled_back",
+        "scope": "pool",
+        "comparison": "ge",
+        "warn": 1,
+        "critical": None,
+        "for_s": 0,
+        "runbook": "canary-rolled-back",
+        "summary": "A canary failed its analysis (P99, errors or spec-decode acceptance) and was rolled back",
     },
 )
 

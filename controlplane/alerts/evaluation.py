@@ -43,7 +43,7 @@ from controlplane.alerts.models import (
 )
 from controlplane.alerts.notifications import webhook_payload
 from controlplane.metrics import selectors as metrics
-from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.models import EngineNode, Pool, Rollout
 
 # A stored value is refreshed (written and pushed to browsers) at most this often when nothing else changes.
 VALUE_REFRESH_S = 10.0
@@ -233,6 +233,10 @@ class _Pass:
             for node in self.nodes():
                 if node["token_hash"]:
                     yield node["name"], node["pool__name"], 1.0 if warmup_failed(node, self.now) else 0.0
+        elif metric == signals.CANARY_ROLLED_BACK.name:
+            rolled_back = self._once("rolled_back", lambda: canary_rolled_back_pools(self.now))
+            for pool in self.pools():
+                yield pool, pool, 1.0 if pool in rolled_back else 0.0
         elif metric == signals.ENGINE_RESTARTS_10M.name:
             increases = self._once("restarts", self.track_restarts)
             for node in self.nodes():
@@ -505,6 +509,13 @@ def warmup_failed(node: dict, now: datetime) -> bool:
     failed_at = node["warmup_failed_at"]
     recent = failed_at is not None and (now - failed_at).total_seconds() < signals.WARMUP_FAILED_WINDOW_S
     return node["warmup_state"] == "failed" or recent
+
+
+def canary_rolled_back_pools(now: datetime) -> set[str]:
+    """Pools whose canary analysis failed and was rolled back automatically within the window."""
+    since = now - timedelta(seconds=signals.CANARY_ROLLED_BACK_WINDOW_S)
+    rollouts = Rollout.objects.filter(state=Rollout.State.ROLLED_BACK, finished_at__gte=since)
+    return set(rollouts.values_list("pool__name", flat=True))
 
 
 def node_is_lost(node: dict, now: datetime) -> bool:

@@ -17,10 +17,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from controlplane.accounts.roles import Action
 from controlplane.alerts import signals
-from controlplane.alerts.evaluation import node_is_lost, warmup_failed
+from controlplane.alerts.evaluation import canary_rolled_back_pools, node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
 from controlplane.metrics import selectors as metrics
-from controlplane.nodes.models import EngineNode
+from controlplane.nodes.models import EngineNode, Pool
 
 # Count maps of the samples exported per bucket, at pool and fleet scope (per node would multiply series).
 LENGTH_BUCKETS = ("le256", "le512", "le1k", "le2k", "gt2k")
@@ -49,6 +49,7 @@ class ControlPlaneCollector:
         yield from self.sample_families(latest, pool_of)
         yield from self.length_families(latest)
         yield from self.node_families(nodes, now)
+        yield self.canary_family(now)
         yield from self.alert_families()
 
     def sample_families(self, latest, pool_of):
@@ -137,6 +138,17 @@ class ControlPlaneCollector:
         for (pool, state), count in sorted(by_status.items()):
             nodes_family.add_metric([pool, state], float(count))
         yield from (nodes_family, lost, nacked, warmup, age)
+
+    def canary_family(self, now):
+        rolled_back = canary_rolled_back_pools(now)
+        family = GaugeMetricFamily(
+            signals.CANARY_ROLLED_BACK.prom_series(signals.POOL),
+            "1 when the pool's canary was rolled back automatically within the last 10 minutes",
+            labels=LABELS[signals.POOL],
+        )
+        for pool in Pool.objects.order_by("name").values_list("name", flat=True):
+            family.add_metric([pool], 1.0 if pool in rolled_back else 0.0)
+        return family
 
     def alert_families(self):
         open_alerts = Alert.objects.exclude(state=Alert.State.RESOLVED)

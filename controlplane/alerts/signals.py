@@ -53,7 +53,8 @@ SAMPLE_METRICS: tuple[Signal, ...] = (
     Signal("degraded", "degradation mode on", "flag", _ALL, "degraded"),
 )
 
-# Signals the evaluator derives from the node table and the samples' arrival; node scope only.
+# Signals the evaluator derives from the node table and the samples' arrival (node scope), and from the pools'
+# rollouts (pool scope).
 NODE_LOST = Signal("node_lost", "node lost (1) or connected (0)", "flag", (NODE,), "lost", derived=True)
 ENGINE_RESTARTS_10M = Signal(
     "engine_restarts_10m", "engine restarts in the last 10 minutes", "count", (NODE,), "engine_restarts", True, True
@@ -67,7 +68,17 @@ METRICS_STALE = Signal(
 WARMUP_FAILED = Signal(
     "warmup_failed", "node's warmup failed within the last 10 minutes", "flag", (NODE,), "warmup_failed", derived=True
 )
-DERIVED: tuple[Signal, ...] = (NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE, WARMUP_FAILED)
+CANARY_ROLLED_BACK = Signal(
+    "canary_rolled_back",
+    "pool's canary was rolled back automatically within the last 10 minutes",
+    "flag",
+    (POOL,),
+    "canary_rolled_back",
+    derived=True,
+)
+DERIVED: tuple[Signal, ...] = (
+    NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE, WARMUP_FAILED, CANARY_ROLLED_BACK
+)  # fmt: skip
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (*SAMPLE_METRICS, *DERIVED)}
 SIGNAL_CHOICES = [(s.name, f"{s.name} — {s.label}") for s in SIGNALS.values()]
@@ -79,6 +90,9 @@ RESTART_WINDOW_S = 600.0
 # How long a failed warmup keeps `warmup_failed` up: the node rolls back and warms up again within a minute or
 # two, so the failure must outlive that for anyone to see it (it stays up while the node's last warmup failed).
 WARMUP_FAILED_WINDOW_S = 600.0
+# How long an automatic canary rollback keeps `canary_rolled_back` up: the pool is healthy again at once (its
+# nodes are back on the previous version), so the fact has to stay visible long enough for someone to look.
+CANARY_ROLLED_BACK_WINDOW_S = 600.0
 
 
 def format_value(signal_name: str, value: float | None) -> str:

@@ -36,6 +36,7 @@ urlpatterns = [
     path("pools/<slug:name>/publish/", pools.pool_publish, name="pool-publish"),
     path("pools/<slug:name>/rollback/", pools.pool_rollback, name="pool-rollback"),
     path("pools/<slug:name>/rollout/", pools.pool_rollout_action, name="pool-rollout"),
+    path("pools/<slug:name>/canary/", pools.pool_canary, name="pool-canary"),
     path("pools/<slug:name>/cleanup/", fleet.pool_cleanup, name="pool-cleanup"),
     path("pools/<slug:name>/degradation/", pools.pool_degradation, name="pool-degradation"),
     path("fleet/", fleet.fleet, name="fleet"),

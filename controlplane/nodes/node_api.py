@@ -7,10 +7,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
+from controlplane.lib.errors import Conflict
 from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
 from controlplane.nodes.models import EngineNode, Pool
-from controlplane.nodes.services import cleanup
+from controlplane.nodes.services import cleanup, rollouts
 from controlplane.nodes.services import engine_nodes as services
 
 _NODES = EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template")
@@ -101,8 +102,64 @@ class PoolCleanup(APIView):
 
 
 class PoolRollout(APIView):
-    """Which nodes of the pool run its desired version: acked, failed, pending."""
+    """GET: which nodes of the pool run its desired version (acked, failed, pending), and under `canary` its
+    rollout through the canary stages (the active one, else the one that ended last; null if it never had one).
+    POST `{action, reason}`: pause, resume, promote now (the next stage) or abort (roll back) the active rollout."""
+
+    required_action = Action.POOL_PUBLISH
 
     def get(self, request, name):
         pool = generics.get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
-        return Response(selectors.pool_rollout(pool=pool, now=timezone.now()))
+        now = timezone.now()
+        body = selectors.pool_rollout(pool=pool, now=now)
+        latest = selectors.pool_latest_rollout(pool=pool)
+        body["canary"] = selectors.rollout_summary(rollout=latest, now=now) if latest else None
+        return Response(body)
+
+    @extend_schema(request=serializers.RolloutActionSerializer)
+    def post(self, request, name):
+        pool = generics.get_object_or_404(Pool, name=name)
+        data = validated(serializers.RolloutActionSerializer, request.data)
+        rollout = selectors.pool_active_rollout(pool=pool)
+        if rollout is None:
+            raise Conflict(f"rollout: {pool.name} has no rollout under way")
+        ROLLOUT_ACTIONS[data["action"]](actor=request.user, rollout=rollout, reason=data["reason"])
+        latest = selectors.pool_latest_rollout(pool=pool)
+        return Response(selectors.rollout_summary(rollout=latest, now=timezone.now()))
+
+
+ROLLOUT_ACTIONS = {
+    "pause": rollouts.rollout_pause,
+    "resume": rollouts.rollout_resume,
+    "promote": rollouts.rollout_promote,
+    "abort": rollouts.rollout_abort,
+}
+
+
+class PoolCanary(APIView):
+    """GET: how the pool's publishes roll out (stages, analysis window). PATCH `{canary_stages?,
+    analysis_window_s?, reason}`: change them for the next publish."""
+
+    required_action = Action.POOL_WRITE
+
+    @extend_schema(responses=serializers.CanarySettingsReadSerializer)
+    def get(self, request, name):
+        pool = generics.get_object_or_404(Pool, name=name)
+        return Response(_canary_settings(pool))
+
+    @extend_schema(request=serializers.CanarySettingsSerializer, responses=serializers.CanarySettingsReadSerializer)
+    def patch(self, request, name):
+        pool = generics.get_object_or_404(Pool, name=name)
+        data = validated(serializers.CanarySettingsSerializer, request.data)
+        pool = rollouts.pool_canary_update(
+            actor=request.user,
+            pool=pool,
+            canary_stages=data.get("canary_stages", pool.canary_stages),
+            analysis_window_s=data.get("analysis_window_s", pool.analysis_window_s),
+            reason=data["reason"],
+        )
+        return Response(_canary_settings(pool))
+
+
+def _canary_settings(pool: Pool) -> dict:
+    return {"canary_stages": pool.canary_stages, "analysis_window_s": pool.analysis_window_s}

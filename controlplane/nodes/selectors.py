@@ -202,6 +202,28 @@ def cleanup_figures(*, result: str) -> dict | None:
     return figures
 
 
+def warmup_figures(*, result: str) -> dict | None:
+    """A finished on-demand warmup's outcome in one line (the agent reports its final progress as JSON)."""
+    try:
+        document = json.loads(result) if result.startswith("{") else None
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("state"), str):
+        return None
+    parts = [document["state"]]
+    if isinstance(document.get("total"), int):
+        parts.append(f"{document.get('done', 0)}/{document['total']} requests")
+    for key in ("p50", "p99"):
+        if isinstance(document.get(key), int | float):
+            parts.append(f"{key} {document[key]:.3f} s")
+    if isinstance(document.get("elapsed_s"), int | float):
+        parts.append(f"{document['elapsed_s']:.1f} s")
+    text = " · ".join(parts)
+    if document.get("reason"):
+        text += f" ({str(document['reason'])[:300]})"
+    return {"state": document["state"], "text": text}
+
+
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f} %"
 
@@ -232,7 +254,11 @@ def command_summary(*, command: NodeCommand) -> dict:
         "state": command.state,
         "progress": command.progress,
         "result": command.result,
-        "figures": cleanup_figures(result=command.result) if command.op == NodeCommand.Op.CLEANUP else None,
+        "figures": cleanup_figures(result=command.result)
+        if command.op == NodeCommand.Op.CLEANUP
+        else warmup_figures(result=command.result)
+        if command.op == NodeCommand.Op.WARMUP
+        else None,
         "requested_by": command.requester,
         "reason": command.reason,
         "requested_at": command.requested_at.isoformat() if command.requested_at else None,

@@ -84,6 +84,24 @@ class ReasonSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=2000)
 
 
+class RolloutActionSerializer(StrictSerializer):
+    action = serializers.ChoiceField(choices=["pause", "resume", "promote", "abort"])
+    reason = serializers.CharField(max_length=2000)
+
+
+class CanarySettingsSerializer(StrictSerializer):
+    """Either field may be left out (it keeps its value); the service checks the stages and the window."""
+
+    canary_stages = serializers.JSONField(required=False)
+    analysis_window_s = serializers.IntegerField(required=False)
+    reason = serializers.CharField(max_length=2000)
+
+
+class CanarySettingsReadSerializer(serializers.Serializer):
+    canary_stages = serializers.JSONField()
+    analysis_window_s = serializers.IntegerField()
+
+
 class NodeCommandCreateSerializer(StrictSerializer):
     op = serializers.ChoiceField(choices=NodeCommand.Op.choices)
     reason = serializers.CharField(max_length=2000)

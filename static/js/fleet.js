@@ -1,4 +1,5 @@
-// Fleet view: applies live `node.updated` events to the node rows and recounts each pool's rollout.
+// Fleet view: applies live `node.updated` events to the node rows (status, warmup progress, applied version) and
+// recounts each pool's rollout.
 (function () {
   const script = document.currentScript;
 
@@ -34,7 +35,7 @@
       row.dataset.node = node.name;
       row.innerHTML =
         '<td><a href="/nodes/' + encodeURIComponent(node.name) + '/"></a></td><td><span class="badge" data-field="status"></span></td>' +
-        '<td data-field="applied"></td><td data-field="backend"></td><td data-field="engine_version" class="mono small"></td>' +
+        '<td data-field="warmup"><span class="warmup-progress" data-testid="warmup"></span></td><td data-field="applied"></td><td data-field="backend"></td><td data-field="engine_version" class="mono small"></td>' +
         '<td data-field="last_nack_error" class="error small"></td><td data-field="last_seen_at" class="muted small"></td>';
       row.querySelector("a").textContent = node.name;
       section.querySelector("tbody").append(row);
@@ -47,6 +48,7 @@
       status.className = "badge status-" + node.status;
       text(status, node.status);
     }
+    if (node.warmup && window.renderWarmup) window.renderWarmup(row.querySelector('[data-testid="warmup"]'), node.warmup);
     if ("applied" in node) {
       const applied = row.querySelector('[data-field="applied"]');
       text(applied, ref(node.applied));

@@ -32,7 +32,19 @@
     set("canary-state", r.state);
     set("canary-stage", String(r.stage_index + 1));
     set("canary-window", r.window_left_s === null ? (r.is_active ? "waiting for ACKs" : "-") : Math.round(r.window_left_s) + " s");
-    set("canary-stages", r.stage_nodes.map((s, i) => "stage " + (i + 1) + ": " + s.nodes.map((n) => n.name + " " + (n.acked ? "ACK" : n.nacked ? "NACK" : "pending")).join(", ")).join(" · "));
+    // One list item per stage entered, one badge per node, as the server renders them.
+    document.querySelectorAll('[data-testid="canary-stages"]').forEach((ol) => {
+      ol.replaceChildren(...r.stage_nodes.map((s) => {
+        const li = document.createElement("li");
+        s.nodes.forEach((n) => {
+          const badge = document.createElement("span");
+          badge.className = "badge" + (n.acked ? " ok" : n.nacked ? " error" : "");
+          badge.textContent = n.name + " " + (n.acked ? "ACK" : n.nacked ? "NACK" : "pending");
+          li.append(badge, " ");
+        });
+        return li;
+      }));
+    });
     const a = r.latest_analysis;
     set("canary-analysis", a ? "Latest analysis: " + a.verdict + (a.canary ? " · canary P99 " + Number(a.canary.latency_p99_s).toFixed(3) + " s vs baseline " + Number(a.baseline.latency_p99_s).toFixed(3) + " s" : "") + (a.reasons || []).map((x) => " · " + x).join("") : "No analysis yet.");
     if (r.outcome) set("canary-outcome", r.outcome);

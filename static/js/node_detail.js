@@ -1,5 +1,5 @@
-// Node page: follows the node's commands (progress, result, a cleanup's before/after figures) and its status live,
-// from the pool's `node.command_changed` and `node.updated` events.
+// Node page: follows the node's commands (progress, result, a cleanup's before/after figures), its status and its
+// warmup run live, from the pool's `node.command_changed` and `node.updated` events.
 (function () {
   const script = document.currentScript;
   const node = script.dataset.node;
@@ -35,7 +35,11 @@
   }
 
   function status(n) {
-    if (n.name !== node || !("status" in n)) return;
+    if (n.name !== node) return;
+    if (n.warmup && window.renderWarmup) {
+      window.renderWarmup(document.querySelector("[data-testid=warmup-cell] [data-testid=warmup]"), n.warmup);
+    }
+    if (!("status" in n)) return;
     const badge = document.querySelector("[data-testid=node-status]");
     if (!badge) return;
     badge.className = "badge status-" + n.status;

@@ -89,7 +89,9 @@
     if (degrade) {
       if (incident.pool) {
         degrade.setAttribute("action", "/pools/" + encodeURIComponent(incident.pool) + "/degradation/");
-        field(degrade, "degrade").textContent = "Degrade " + incident.pool;
+        const button = field(degrade, "degrade");
+        button.textContent = "Degrade " + incident.pool;
+        button.dataset.confirm = "Degrade " + incident.pool + " now (temperature and max_tokens capped)?";
       } else degrade.remove();
     }
   }

@@ -78,7 +78,9 @@ def test_oncall_page_shows_the_incident_with_its_actions(incident, users):
     assert f'data-incident="{incident.pk}"' in page and 'data-testid="incident-node-lost"' in page
     assert 'href="/runbooks/node-lost/"' in page
     assert 'href="/pools/prod-main/rollback/"' in page  # SREs may roll back from here
-    assert "Degrade</button>" in page and "not available yet" in page
+    # SREs may degrade the incident's pool from its card, with a reason.
+    assert 'action="/pools/prod-main/degradation/"' in page and "Degrade prod-main</button>" in page
+    assert "not available yet" in page
     assert 'name="node" value="gpu-1"' in page  # the silence matcher is prefilled from the incident
     pending = page[page.index('data-testid="pending"') :]
     assert "p99-latency" in pending[: pending.index("</table>")]
@@ -87,6 +89,7 @@ def test_oncall_page_shows_the_incident_with_its_actions(incident, users):
     oncall.force_login(users["oncall"])
     page = oncall.get(reverse("dashboard:oncall")).content.decode()
     assert "Acknowledge</button>" in page and "/rollback/" not in page.split('id="incident-template"')[0]
+    assert "/degradation/" not in page  # degrading is an operator's decision, not on-call's
     agent = Client()
     agent.force_login(users["agent"])
     assert "Acknowledge</button>" not in agent.get(reverse("dashboard:oncall")).content.decode()

@@ -190,6 +190,40 @@ def test_rollout_nacked_fires_while_the_node_refuses_the_desired_version(fleet, 
     assert alert_of("rollout-nacked", "gpu-s").state == "resolved"
 
 
+def test_canary_rolled_back_fires_for_the_pool_and_holds_ten_minutes(fleet, clock, users):
+    from controlplane.nodes.models import Pool, Rollout
+    from controlplane.nodes.services import rollouts
+    from controlplane.nodes.services.pools import pool_publish
+    from tests.factories import template_with_versions
+
+    sre = users["sre"]
+    _, (v1, v2, v3) = template_with_versions(users["agent"], name="chat", temperatures=(0.3, 0.2, 0.1))
+    Pool.objects.filter(pk=fleet.staging.pk).update(canary_stages=[{"nodes": 1}, {"percent": 100}])
+    pool_publish(actor=sre, pool=fleet.staging, version=v1, reason="first")
+    for name in ("gpu-s1", "gpu-s2"):
+        fleet.add(name, pool=fleet.staging)
+    EngineNode.objects.update(applied_hash=v1.content_hash, applied_version=v1)
+    # An SRE's abort is a decision, not a failed canary: no alert.
+    pool_publish(actor=sre, pool=Pool.objects.get(pk=fleet.staging.pk), version=v2, reason="cooler")
+    rollouts.rollout_abort(actor=sre, rollout=Rollout.objects.get(to_version=v2), reason="wrong version")
+    evaluate(now=clock.now)
+    assert alert_of("canary-rolled-back", "staging") is None
+    pool_publish(actor=sre, pool=Pool.objects.get(pk=fleet.staging.pk), version=v3, reason="cooler still")
+    rollout = Rollout.objects.get(to_version=v3)
+    rollouts._fail(rollout, {"stage": 0, "verdict": "fail", "reasons": ["canary P99 2.5 s is above 2.0 s"]})
+    Rollout.objects.filter(pk=rollout.pk).update(finished_at=clock.now)
+    evaluate(now=clock.now)
+    alert = alert_of("canary-rolled-back", "staging")
+    assert (alert.scope, alert.pool, alert.state, alert.severity) == ("pool", "staging", "firing", "warning")
+    assert alert_of("canary-rolled-back", "prod-main") is None
+    clock.tick(590)
+    evaluate(now=clock.now)
+    assert alert_of("canary-rolled-back", "staging").state == "firing"
+    clock.tick(20)
+    evaluate(now=clock.now)
+    assert alert_of("canary-rolled-back", "staging").state == "resolved"
+
+
 def test_engine_restarts_count_within_ten_minutes(fleet, clock):
     fleet.add("gpu-1")
     fleet.sample("gpu-1", clock.now, engine_restarts=5)  # history before the evaluator saw it: the baseline

@@ -16,7 +16,9 @@ from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, 
 from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
 from controlplane.datasets.services.warmup import warmup_dataset_create
-from controlplane.nodes.models import EngineNode
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.models import ConversationOverride
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
@@ -133,6 +135,19 @@ MATRIX: tuple[Call, ...] = (
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
     Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call(
+        "pool-rollout", "POST", OPERATORS, 200, {"name": "staging"}, {"action": "pause", "reason": "look"}, writes=True
+    ),
+    Call("pool-canary", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call(
+        "pool-canary",
+        "PATCH",
+        OPERATORS,
+        200,
+        {"name": "staging"},
+        {"canary_stages": [{"nodes": 1}, {"percent": 100}], "analysis_window_s": 120, "reason": "one node first"},
+        writes=True,
+    ),
     Call("pool-cleanup", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "fragmentation"}, writes=True),
     Call("node-list", "GET", EVERY_ROLE, 200),
     Call("node-list", "POST", OPERATORS, 201, data={"name": "gpu-2", "pool": "staging"}, writes=True),
@@ -285,6 +300,21 @@ def alerts_world(request):
     silence_create(
         actor=request.getfixturevalue("users")["oncall"], node="gpu-9", duration_minutes=60, reason="maintenance"
     )
+
+
+@pytest.fixture(autouse=True)
+def rollout_world(request):
+    """For the rollout rows only: staging (gpu-1, gpu-2 on v2) rolling v1 out through [1 node, 100 %]."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or call.name != "pool-rollout":
+        return
+    world = request.getfixturevalue("world")
+    sre = request.getfixturevalue("users")["sre"]
+    node_create(actor=sre, name="gpu-2", pool=world["staging"])
+    EngineNode.objects.update(is_connected=True, applied_hash=world["v2"].content_hash, applied_version=world["v2"])
+    Pool.objects.filter(pk=world["staging"].pk).update(canary_stages=[{"nodes": 1}, {"percent": 100}])
+    pool_publish(actor=sre, pool=Pool.objects.get(pk=world["staging"].pk), version=world["v1"], reason="back to v1")
 
 
 @pytest.fixture(autouse=True)

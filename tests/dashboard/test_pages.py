@@ -132,6 +132,12 @@ WRITES = [
     ("dashboard:node-command", {"name": "gpu-1"}, {"op": "cleanup", "reason": "fragmentation"}, OPERATORS),
     ("dashboard:pool-cleanup", {"name": "staging"}, {"reason": "weekly cleanup"}, OPERATORS),
     (
+        "dashboard:pool-canary",
+        {"name": "staging"},
+        {"stages": "1, 25%, 100%", "analysis_window_s": 120, "reason": "one node first"},
+        OPERATORS,
+    ),
+    (
         "dashboard:overrides",
         {},
         {"pool": "staging", "conversation": "conv-2", "tier": "normal", "reason": "tone", "expires_in_minutes": 30},

@@ -173,8 +173,8 @@ def test_an_assignment_is_told_to_the_pool_s_agents_after_commit(sre, agent):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_connected_agent_survives_the_event_it_does_not_act_on_yet(sre, agent):
-    """Channels closes a consumer that has no handler for an event type; the agent must stay connected."""
+def test_an_assignment_reaches_a_connected_agent_as_the_dataset_it_will_replay(sre, agent):
+    """The agent gets the assigned version's messages with their sha256 and stays connected."""
     staging, _ = pools(sre)
     _, token = node_create(actor=sre, name="gpu-1", pool=staging)
     version = warmup_dataset_create(actor=agent, name="faq", content=messages_csv(MESSAGES), fmt="csv").versions.get()
@@ -187,10 +187,13 @@ def test_a_connected_agent_survives_the_event_it_does_not_act_on_yet(sre, agent)
         assert ok, code
         assert (await socket.receive_json_from(timeout=5))["type"] == "welcome"
         await database_sync_to_async(pool_warmup_assign)(actor=sre, pool=staging, version=version, reason="go")
-        assert await socket.receive_nothing(timeout=0.5), "the agent got a message it cannot read yet"
+        dataset = await socket.receive_json_from(timeout=5)
         await socket.send_json_to({"type": "ping-after-warmup"})
         reply = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
-        return reply
+        return dataset, reply
 
-    assert async_to_sync(scenario)() == {"type": "error", "error": "unknown message type 'ping-after-warmup'"}
+    dataset, reply = async_to_sync(scenario)()
+    assert (dataset["type"], dataset["sha256"]) == ("warmup_dataset", version.sha256)
+    assert [m["text"] for m in dataset["messages"]] == [m["text"] for m in version.messages]
+    assert reply == {"type": "error", "error": "unknown message type 'ping-after-warmup'"}

@@ -69,6 +69,64 @@ def test_speculative_decoding_becomes_a_speculative_config_flag():
     assert config == {"method": "draft_model", "model": "draft-7b", "num_speculative_tokens": 4}
 
 
+def test_speculative_false_leaves_the_speculative_flag_out_and_nothing_else():
+    spec = {"enabled": True, "method": "ngram", "draft_model": None, "num_speculative_tokens": 3}
+    config = NodeConfig.from_message(message({**CONTENT, "speculative": spec}))
+    on, off = engine_args(config, SETTINGS), engine_args(config, SETTINGS, speculative=False)
+    assert json.loads(on[on.index("--speculative-config") + 1]) == {
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4
+    }  # fmt: skip
+    assert "--speculative-config" not in off
+    at = on.index("--speculative-config")
+    assert off == on[:at] + on[at + 2 :]
+    # A config without speculative decoding gives the same flags either way.
+    assert engine_args(NodeConfig.from_message(message()), SETTINGS, speculative=False) == engine_args(
+        NodeConfig.from_message(message()), SETTINGS
+    )
+
+
+def test_agent_engine_args_follow_the_policy_bundles_degradation(tmp_path):
+    from engine_node.agent import Agent
+
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n1", backend="simulator", model="base-model",
+        served_model_name="chat", state_dir=tmp_path,
+    )  # fmt: skip
+    spec = {"enabled": True, "method": "ngram", "draft_model": None, "num_speculative_tokens": 3}
+    config = NodeConfig.from_message(message({**CONTENT, "speculative": spec}))
+
+    def bundle(**degradation) -> dict:
+        content = {"pool": "p", "whitelists": {}, "overrides": [], "degradation": degradation, "intent_model": None}
+        return {"type": "policy", "hash": content_hash(content), "content": content}
+
+    async def scenario():
+        agent = Agent(settings)
+        flags = {"no bundle": agent._engine_args(config)}
+        agent.apply_policy(bundle(active=True, cause="manual", reason="r", since=1.0, speculative_decoding=False))
+        flags["degraded, off"] = agent._engine_args(config)
+        agent.apply_policy(bundle(active=True, cause="manual", reason="r", since=1.0, speculative_decoding=True))
+        flags["degraded, kept"] = agent._engine_args(config)
+        agent.apply_policy(bundle(active=False, cause="", reason="", since=None, speculative_decoding=True))
+        flags["normal"] = agent._engine_args(config)
+        # A bundle that does not hash to its hash is refused: the flags stay those of the last good bundle.
+        forged = bundle(active=True, cause="manual", reason="r", since=1.0, speculative_decoding=False)
+        forged["hash"] = "0" * 64
+        agent.apply_policy(forged)
+        flags["forged"] = agent._engine_args(config)
+        return flags
+
+    flags = asyncio.run(scenario())
+    with_spec = engine_args(config, settings)
+    assert "--speculative-config" in with_spec
+    assert flags == {
+        "no bundle": with_spec,
+        "degraded, off": engine_args(config, settings, speculative=False),
+        "degraded, kept": with_spec,
+        "normal": with_spec,
+        "forged": with_spec,
+    }
+
+
 def test_hot_only_change_keeps_the_engine_flags():
     hot = {**CONTENT, "temperature": {"strict": 0.1}}
     assert engine_args(NodeConfig.from_message(message(hot)), SETTINGS) == engine_args(

@@ -128,7 +128,9 @@ def test_cleanup_on_real_vllm_drains_resets_the_prefix_cache_and_resumes(vllm_py
         assert outcomes and set(outcomes) == {200}, outcomes
         assert command.state == NodeCommand.State.SUCCEEDED, command.result
         result = json.loads(command.result)
-        assert result["drained_s"] > 0, result  # it waited for the requests in flight
+        # Requests were in flight when the cleanup was asked for; the ones still running at the drain were waited
+        # for (both callers' requests may have just finished, so the count can be 0 — nothing was dropped either way).
+        assert result["in_flight_at_drain"] == 0 or result["drained_s"] > 0, result
         assert result["prefix_cache_reset"] is True
         assert result["released"] == {"workers": memory["workers"]}  # empty_cache has nothing to do on CPU
         assert result["before"]["device"] == result["after"]["device"] == "cpu"

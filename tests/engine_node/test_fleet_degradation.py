@@ -6,23 +6,32 @@ The ramp is written as the node's samples at fake times a thousand seconds ahead
 1 Hz samples, are the node's newest; the bundle pushes and the agent are real.
 """
 
+import itertools
 import json
+import threading
 import time
 import urllib.request
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
 from controlplane.metrics.models import MetricSample
-from controlplane.nodes.models import EngineNode
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.operations.degradation import degradation_evaluate
+from controlplane.operations.degradation import (
+    RESTART_REASON,
+    degradation_disable,
+    degradation_enable,
+    degradation_evaluate,
+)
 from controlplane.operations.models import DegradationEvent
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -119,3 +128,168 @@ def test_a_load_ramp_degrades_the_pool_and_the_node_follows_within_a_second(node
     ]
     print(f"degraded parameters on the node {entered_after_s * 1000:.0f} ms after entering, "
           f"normal ones {left_after_s * 1000:.0f} ms after leaving")  # fmt: skip
+
+
+# --- speculative decoding follows the degradation, one node at a time ------------------------------------------
+
+
+def engine_cmdline(agent: AgentProcess) -> tuple[int, list[str]]:
+    pid = agent.health()["engine_pid"]
+    return pid, Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def speculative_flag(agent: AgentProcess) -> dict | None:
+    """The engine child's --speculative-config, parsed, or None when it runs without one."""
+    _, args = engine_cmdline(agent)
+    return json.loads(args[args.index("--speculative-config") + 1]) if "--speculative-config" in args else None
+
+
+class Beat:
+    """`degradation_evaluate` every half second in a thread, as the beat schedule runs it in production: each
+    pass sends a pool's next waiting restart once the one before it finished."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(0.5):
+                try:
+                    degradation_evaluate()
+                except Exception as exc:  # reported by the test, in its own thread
+                    self.errors.append(exc)
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+class Watch:
+    """Polls both agents' /healthz; `overlaps` counts the polls where no node of the pool was online."""
+
+    def __init__(self, agents: list[AgentProcess]):
+        self.agents = agents
+        self.statuses: dict[str, set[str]] = {a.name: set() for a in agents}
+        self.overlaps = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            now = {a.name: a.health()["status"] for a in self.agents}
+            for name, status in now.items():
+                self.statuses[name].add(status)
+            if all(status != "online" for status in now.values()):
+                self.overlaps += 1
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def restarts(state: str | None = None):
+    commands = NodeCommand.objects.filter(op=NodeCommand.Op.RESTART, reason=RESTART_REASON)
+    return commands.filter(state=state) if state else commands
+
+
+def assert_one_at_a_time(commands) -> None:
+    """No two restarts of the pool were under way at once: each was sent after the one before it finished."""
+    ordered = sorted(commands, key=lambda c: c.sent_at)
+    for before, after in itertools.pairwise(ordered):
+        assert after.sent_at >= before.finished_at, (
+            f"{after.node.name}'s restart was sent at {after.sent_at:%H:%M:%S.%f} while {before.node.name}'s "
+            f"ran until {before.finished_at:%H:%M:%S.%f}"
+        )
+
+
+@pytest.fixture
+def two_nodes(tmp_path, sre):
+    profile = tmp_path / "fast.yaml"
+    profile.write_text(FAST_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    # About the degradation's restarts, not about canary stages: a publish reaches both nodes at once.
+    Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
+    agents = []
+    for name in ("gpu-1", "gpu-2"):
+        _, token = node_create(actor=sre, name=name, pool=pool)
+        agents.append(
+            AgentProcess(name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile)
+        )
+    try:
+        for agent in agents:
+            agent.start()
+        wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 2, 30, "both agents to connect")
+        yield {"pool": Pool.objects.get(pk=pool.pk), "agents": agents}
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
+
+
+def test_degradation_restarts_nodes_one_at_a_time_without_speculative_decoding_and_back(two_nodes, sre):
+    pool, agents = two_nodes["pool"], two_nodes["agents"]
+    template = template_create(actor=sre, name="chat")
+    document = {
+        "inference_params": {
+            "speculative": {"enabled": True, "method": "ngram", "num_speculative_tokens": 3},
+            "degradation": {"speculative_decoding": False},
+            "max_tokens": {"whitelist": []},
+        }
+    }
+    version = template_version_create(actor=sre, template=template, document=document, base_number=None)
+    pool_publish(actor=sre, pool=pool, version=version, reason="first")
+    wait_until(
+        lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == 2, 60, "both nodes to ACK"
+    )
+    wait_until(lambda: all(a.health()["status"] == "online" for a in agents), 30, "both nodes online")
+    for agent in agents:
+        assert speculative_flag(agent) == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    pids = {a.name: engine_cmdline(a)[0] for a in agents}
+
+    with Traffic(agents) as traffic, Beat() as beat, Watch(agents) as watch:
+        started = time.monotonic()
+        degradation_enable(actor=sre, pool=Pool.objects.get(pk=pool.pk), reason="queue building up, shed load")
+        wait_until(lambda: restarts("succeeded").count() == 2, 90, "both degradation restarts to succeed")
+        entered_s = time.monotonic() - started
+        wait_until(lambda: all(a.health()["status"] == "online" for a in agents), 30, "both nodes online again")
+        for agent in agents:
+            assert speculative_flag(agent) is None, f"{agent.name} still runs speculative decoding"
+            assert engine_cmdline(agent)[0] != pids[agent.name], f"{agent.name}'s engine was not restarted"
+            assert decision(agent)["degraded"] is True
+        assert_one_at_a_time(restarts().select_related("node"))
+        pids = {a.name: engine_cmdline(a)[0] for a in agents}
+
+        started = time.monotonic()
+        degradation_disable(actor=sre, pool=Pool.objects.get(pk=pool.pk), reason="queue drained")
+        wait_until(lambda: restarts("succeeded").count() == 4, 90, "both restarts back to speculative decoding")
+        left_s = time.monotonic() - started
+        wait_until(lambda: all(a.health()["status"] == "online" for a in agents), 30, "both nodes online again")
+        for agent in agents:
+            assert speculative_flag(agent) is not None, f"{agent.name} came back without speculative decoding"
+            assert engine_cmdline(agent)[0] != pids[agent.name], f"{agent.name}'s engine was not restarted"
+            assert decision(agent)["degraded"] is False
+        assert_one_at_a_time(restarts().select_related("node"))
+
+    assert beat.errors == []
+    assert restarts().exclude(state="succeeded").count() == 0
+    assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
+    assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+    # Each node left "online" for its restart, and never both at once.
+    assert all({"draining", "restarting"} & seen for seen in watch.statuses.values()), watch.statuses
+    assert watch.overlaps == 0, f"{watch.overlaps} polls saw neither node online"
+    print(f"degradation restarts: both nodes without speculative decoding after {entered_s:.1f} s, with it again "
+          f"after {left_s:.1f} s; {traffic.outcomes[200]} requests served, none failed")  # fmt: skip

@@ -8,8 +8,9 @@ warms it up, serves, NACKs the new version with the P99 it saw, and the warmup-f
 
 import pytest
 
+from controlplane.alerts.defaults import install_default_rules
 from controlplane.alerts.evaluation import evaluate
-from controlplane.alerts.models import Alert
+from controlplane.alerts.models import Alert, AlertRule, AlertRuleVersion
 from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create
 from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.engine_nodes import node_create
@@ -99,6 +100,8 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
         assert node_row("gpu-1").warmup_state == "passed"
         assert agent.chat()[0] == 200
 
+        # Transactional tests empty the tables, the migration-installed rule pack included.
+        install_default_rules(AlertRule, AlertRuleVersion)
         evaluate()
         alert = Alert.objects.get(rule__name="warmup-failed", name="gpu-1")
         assert alert.state == Alert.State.FIRING

@@ -57,6 +57,7 @@ def _render_pool(request, name, publish_form=None, status=200):
             "previous": selectors.pool_previous_version(pool=pool),
             "rollout": selectors.pool_rollout(pool=pool, now=timezone.now()),
             "canary": _canary(pool),
+            "canary_stages_text": stages_text(pool.canary_stages),
             "publish_form": publish_form or forms.PublishForm(),
             "charts": pool_charts(pool),
         },
@@ -177,3 +178,47 @@ def pool_rollout_action(request, name):
         else:
             messages.success(request, f"Rollout of {rollout.to_version}: {request.POST['action']} done.")
     return redirect("dashboard:pool-detail", name=name)
+
+
+@require_POST
+@page(write_action=Action.POOL_WRITE)
+def pool_canary(request, name):
+    """Change the pool's canary stages (`1, 25%, 100%`) and analysis window for its next publishes."""
+    from controlplane.nodes.services import rollouts
+
+    pool = get_object_or_404(Pool, name=name)
+    try:
+        rollouts.pool_canary_update(
+            actor=request.user,
+            pool=pool,
+            canary_stages=stages_parse(request.POST.get("stages", "")),
+            analysis_window_s=_whole_number("analysis_window_s", request.POST.get("analysis_window_s", "")),
+            reason=request.POST.get("reason", ""),
+        )
+    except DomainError as exc:
+        messages.error(request, f"Canary settings unchanged. {exc.message}")
+    else:
+        messages.success(request, f"{pool.name}'s next publishes roll out in the new stages.")
+    return redirect("dashboard:pool-detail", name=name)
+
+
+def stages_text(stages: list[dict]) -> str:
+    """`[{"nodes": 1}, {"percent": 100}]` as people type it: `1, 100%`."""
+    return ", ".join(f"{s['percent']}%" if "percent" in s else str(s.get("nodes")) for s in stages)
+
+
+def stages_parse(text: str) -> list[dict]:
+    """`1, 25%, 100%` → `[{"nodes": 1}, {"percent": 25}, {"percent": 100}]` (the service checks the rest)."""
+    stages = []
+    for part in (p.strip() for p in text.split(",")):
+        number = part.removesuffix("%").strip()
+        if not number.isdigit():
+            raise InvalidField("canary_stages", f"{part or 'an empty stage'}: write a node count (2) or a share (25%)")
+        stages.append({"percent": int(number)} if part.endswith("%") else {"nodes": int(number)})
+    return stages
+
+
+def _whole_number(field: str, text: str) -> int:
+    if not text.strip().isdigit():
+        raise InvalidField(field, "must be a whole number of seconds")
+    return int(text)

@@ -1,0 +1,185 @@
+"""Canary rollouts on three agents running the simulator, against the real control plane (daphne, Redis, Postgres).
+
+The pool rolls out in two stages, one node and then the whole pool, each held for a short analysis window; the
+analysis runs in this process (a thread calling the periodic task's function, as the beat schedule would every 2 s).
+A version that is genuinely slower is rolled back automatically after its first stage, with the evidence and without
+a failed request; a harmless version is promoted through both stages to every node.
+"""
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import EngineNode, Pool, Rollout
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.nodes.services.rollouts import pool_canary_update, rollouts_analyse
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+# The simulated checkpoint also ships an fp8 variant whose every engine step costs 40× as much: on this profile a
+# 16-token reply takes ~0.1 s on the default engine and ~3 s with `engine.quantization: fp8`. That is the simulator's
+# own latency model at work (LatencyModel multiplies each step by the quantization's factor), not an injected fault,
+# so the canary's P99 rises above the p99-latency rule's critical line (2 s) for as long as it runs the new version.
+SLOW_FP8_PROFILE = """
+supported_quantizations:
+  fp8: 40
+latency:
+  time_scale: 0.5
+reply_length:
+  median: 14
+  sigma: 0.2
+  min: 12
+  max: 16
+"""
+WINDOW_S = 5
+STAGES = [{"nodes": 1}, {"percent": 100}]
+
+
+def document(**sections) -> dict:
+    return {"inference_params": {"max_tokens": {"whitelist": []}, **sections}}
+
+
+def nodes_on(version) -> list[str]:
+    return sorted(
+        EngineNode.objects.filter(applied_hash=version.content_hash, is_connected=True).values_list("name", flat=True)
+    )
+
+
+class Analyser:
+    """Runs the rollouts' analysis pass every half second in a thread, as `run_periodic` would every 2 s."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.errors: list[str] = []
+
+    def _loop(self):
+        try:
+            while not self._stop.is_set():
+                try:
+                    rollouts_analyse()
+                except Exception as exc:  # reported by the test, never swallowed
+                    self.errors.append(repr(exc))
+                self._stop.wait(0.5)
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture
+def fleet(tmp_path, sre):
+    """daphne + pool `staging` (stages: 1 node, then 100 %; 5 s windows) on three agents, all on chat v1."""
+    profile = tmp_path / "slow-fp8.yaml"
+    profile.write_text(SLOW_FP8_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    pool = pool_canary_update(
+        actor=sre, pool=pool, canary_stages=STAGES, analysis_window_s=WINDOW_S, reason="one canary node first"
+    )
+    template = template_create(actor=sre, name="chat")
+    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
+    # The pool's first version goes to every node at once: there is nothing to compare a canary with.
+    pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+    agents = []
+    for i in range(1, 4):
+        node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
+        agents.append(
+            AgentProcess(
+                name=node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+            )
+        )
+    try:
+        for agent in agents:
+            agent.start()
+        wait_until(lambda: nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"], 60, "three agents to connect and apply v1")
+        yield {"pool": Pool.objects.get(pk=pool.pk), "template": template, "v1": v1, "agents": agents}
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
+
+
+def test_slower_version_is_rolled_back_automatically_with_no_failed_request(fleet, sre):
+    pool, template, v1, agents = fleet["pool"], fleet["template"], fleet["v1"], fleet["agents"]
+    v2 = template_version_create(
+        actor=sre, template=template, document=document(engine={"quantization": "fp8"}), base_number=1
+    )
+    seen_on_v2: set[str] = set()
+
+    def rolled_back():
+        seen_on_v2.update(nodes_on(v2))
+        rollout = Rollout.objects.get(to_version=v2)
+        return rollout.state == Rollout.State.ROLLED_BACK and nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"]
+
+    with Traffic(agents) as traffic, Analyser() as analyser:
+        time.sleep(WINDOW_S + 1)  # every node has a full window of v1 figures: the baseline
+        pool_publish(actor=sre, pool=pool, version=v2, reason="fp8 to fit more sequences")
+        rollout = Rollout.objects.get(to_version=v2)
+        assert rollout.canary_nodes == ["gpu-1"]
+        wait_until(rolled_back, 120, "the canary to fail its analysis and go back to v1", interval_s=0.2)
+        time.sleep(2)  # traffic keeps flowing on v1 after the rollback
+    assert analyser.errors == []
+    assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
+    assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+
+    # Only the canary ever ran v2; it applied it (its P99 is v2's), then went back.
+    assert seen_on_v2 == {"gpu-1"}
+    canary = EngineNode.objects.get(name="gpu-1")
+    assert canary.applied_hash == v1.content_hash
+    assert agents[0].health()["applied"] == "chat v1"
+    rollout.refresh_from_db()
+    assert rollout.state == Rollout.State.ROLLED_BACK and rollout.stage_index == 0
+    assert "canary analysis failed" in rollout.outcome and "P99" in rollout.outcome
+    failed = rollout.evidence[-1]
+    assert failed["verdict"] == "fail" and failed["canary_nodes"] == ["gpu-1"]
+    assert failed["canary"]["latency_p99_s"] > failed["thresholds"]["p99_warn_s"]
+    assert failed["canary"]["latency_p99_s"] > failed["baseline"]["latency_p99_s"] * failed["thresholds"]["p99_ratio"]
+    assert failed["baseline"]["latency_p99_s"] < 1.0
+    pool.refresh_from_db()
+    assert pool.desired_version_id == v1.pk
+
+    entry = AuditEntry.objects.get(action="pool.rollback")
+    assert entry.actor_name == "system"
+    assert "canary analysis failed" in entry.reason
+    assert entry.after["rollout"] == rollout.pk and entry.after["evidence"]["verdict"] == "fail"
+
+
+def test_harmless_version_is_promoted_through_both_stages_to_every_node(fleet, sre):
+    pool, template, agents = fleet["pool"], fleet["template"], fleet["agents"]
+    v2 = template_version_create(
+        actor=sre, template=template, document=document(engine={"max_num_seqs": 32}), base_number=1
+    )
+    with Traffic(agents) as traffic, Analyser() as analyser:
+        time.sleep(WINDOW_S + 1)
+        pool_publish(actor=sre, pool=pool, version=v2, reason="more sequences per batch")
+        rollout = Rollout.objects.get(to_version=v2)
+        assert rollout.canary_nodes == ["gpu-1"]
+        wait_until(lambda: Rollout.objects.get(pk=rollout.pk).state != Rollout.State.RUNNING, 120, "the rollout to end")
+    assert analyser.errors == []
+    assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
+    assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+    rollout.refresh_from_db()
+    assert rollout.state == Rollout.State.SUCCEEDED, (rollout.outcome, rollout.evidence)
+    assert rollout.stage_nodes == [["gpu-1"], ["gpu-2", "gpu-3"]]
+    assert rollout.stage_index == 1
+    passed = rollout.evidence[0]
+    assert passed["verdict"] == "pass" and passed["stage"] == 0
+    assert passed["canary"]["latency_p99_s"] is not None and passed["baseline"]["latency_p99_s"] is not None
+    assert nodes_on(v2) == ["gpu-1", "gpu-2", "gpu-3"]
+    assert {agent.health()["applied"] for agent in agents} == {"chat v2"}
+    assert not AuditEntry.objects.filter(action="pool.rollback").exists()
