@@ -7,14 +7,6 @@
   const ownId = own ? Number(own.dataset.thisModel) : null;
   let swapped = false;
 
-  function bindConfirm(root) {
-    root.querySelectorAll("button[data-confirm]").forEach((button) => {
-      button.addEventListener("click", (event) => {
-        if (!window.confirm(button.dataset.confirm)) event.preventDefault();
-      });
-    });
-  }
-
   function update(event) {
     document.querySelectorAll('.model-progress[data-model-id="' + event.model_id + '"]').forEach((el) => {
       el.dataset.status = event.status;
@@ -54,7 +46,6 @@
       const next = fresh.getElementById(id);
       if (now && next) {
         now.replaceWith(next);
-        bindConfirm(next);
       }
     });
   }

@@ -94,6 +94,15 @@
         button.dataset.confirm = "Degrade " + incident.pool + " now (temperature and max_tokens capped)?";
       } else degrade.remove();
     }
+    const cleanup = card.querySelector("form.cleanup-form");
+    if (cleanup) {
+      if (incident.pool) {
+        cleanup.setAttribute("action", "/pools/" + encodeURIComponent(incident.pool) + "/cleanup/");
+        const button = field(cleanup, "cleanup");
+        button.textContent = "Clean up " + incident.pool;
+        button.dataset.confirm = "Clean up GPU memory on every node of " + incident.pool + ", one node at a time?";
+      } else cleanup.remove();
+    }
   }
 
   function prefillSilence(card, incident) {

@@ -80,7 +80,7 @@ def test_oncall_page_shows_the_incident_with_its_actions(incident, users):
     assert 'href="/pools/prod-main/rollback/"' in page  # SREs may roll back from here
     # SREs may degrade the incident's pool from its card, with a reason.
     assert 'action="/pools/prod-main/degradation/"' in page and "Degrade prod-main</button>" in page
-    assert "not available yet" in page
+    assert 'action="/pools/prod-main/cleanup/"' in page and "Clean up prod-main</button>" in page
     assert 'name="node" value="gpu-1"' in page  # the silence matcher is prefilled from the incident
     pending = page[page.index('data-testid="pending"') :]
     assert "p99-latency" in pending[: pending.index("</table>")]
@@ -90,6 +90,7 @@ def test_oncall_page_shows_the_incident_with_its_actions(incident, users):
     page = oncall.get(reverse("dashboard:oncall")).content.decode()
     assert "Acknowledge</button>" in page and "/rollback/" not in page.split('id="incident-template"')[0]
     assert "/degradation/" not in page  # degrading is an operator's decision, not on-call's
+    assert "/cleanup/" not in page
     agent = Client()
     agent.force_login(users["agent"])
     assert "Acknowledge</button>" not in agent.get(reverse("dashboard:oncall")).content.decode()
