@@ -129,6 +129,8 @@ def fleet(seeded, server_url, tmp_path):
 
 def test_live_charts_node_lost_and_p99_warning_critical_resolution(fleet, server_url, new_page, shot):
     agents = fleet
+    # Nodes warm up before they take traffic: wait for all three to serve, so the charts show real load.
+    wait_until(lambda: all(a.health().get("status") == "online" for a in agents), 60, "three warmed-up nodes")
     with Traffic(agents, per_agent_threads=1):
         page = new_page()
         login(page, server_url, "oncall")
