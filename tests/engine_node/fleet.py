@@ -150,3 +150,28 @@ class Traffic:
     @property
     def failed(self) -> int:
         return sum(count for status, count in self.outcomes.items() if status != 200)
+
+
+def vllm_agent(*, vllm_python: Path, model_dir: Path, queue_timeout_s: float, **kwargs) -> AgentProcess:
+    """An agent running the real vLLM CPU build on the tiny test model (eager mode; probes every 30 s)."""
+    from tests.engine_node.conftest import SERVED_MODEL_NAME, VLLM_ENV
+
+    return AgentProcess(
+        backend_args=[
+            "--backend",
+            "vllm",
+            "--engine-python",
+            str(vllm_python),
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--engine-arg=--enforce-eager",
+            "--probe-interval",
+            "30",
+        ],
+        env=VLLM_ENV,
+        model=SERVED_MODEL_NAME,
+        queue_timeout_s=queue_timeout_s,
+        **kwargs,
+    )

@@ -17,8 +17,8 @@ from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.conftest import SERVED_MODEL_NAME, VLLM_ENV
-from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.engine_node.conftest import SERVED_MODEL_NAME
+from tests.engine_node.fleet import vllm_agent, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm, pytest.mark.agents]
@@ -50,27 +50,14 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
     node, token = node_create(actor=sre, name="cpu-1", pool=pool)
     v1 = template_version_create(actor=sre, template=template, document=document(4), base_number=None)
     v2 = template_version_create(actor=sre, template=template, document=document(2), base_number=1)
-    agent = AgentProcess(
+    agent = vllm_agent(
+        vllm_python=vllm_python,
+        model_dir=tiny_model_dir,
+        queue_timeout_s=QUEUE_TIMEOUT_S,
         name=node.name,
         token=token,
         control_plane_url=server.ws_agent_url,
         work=tmp_path,
-        backend_args=[
-            "--backend",
-            "vllm",
-            "--engine-python",
-            str(vllm_python),
-            "--model",
-            str(tiny_model_dir),
-            "--served-model-name",
-            SERVED_MODEL_NAME,
-            "--engine-arg=--enforce-eager",
-            "--probe-interval",
-            "30",
-        ],
-        env=VLLM_ENV,
-        model=SERVED_MODEL_NAME,
-        queue_timeout_s=QUEUE_TIMEOUT_S,
     )
     try:
         agent.start(timeout_s=240)

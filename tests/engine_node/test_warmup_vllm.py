@@ -19,8 +19,8 @@ from controlplane.nodes.realtime import config_message
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.conftest import SERVED_MODEL_NAME, VLLM_ENV
-from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.engine_node.conftest import SERVED_MODEL_NAME
+from tests.engine_node.fleet import vllm_agent, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm, pytest.mark.agents]
@@ -53,27 +53,14 @@ def test_a_node_on_real_vllm_warms_up_before_it_serves(vllm_python, tiny_model_d
     state_dir = tmp_path / node.name
     state_dir.mkdir()
     (state_dir / "last_good_config.json").write_text(config_message(v1)["text"], encoding="utf-8")
-    agent = AgentProcess(
+    agent = vllm_agent(
+        vllm_python=vllm_python,
+        model_dir=tiny_model_dir,
+        queue_timeout_s=120,
         name=node.name,
         token=token,
         control_plane_url=server.ws_agent_url,
         work=tmp_path,
-        backend_args=[
-            "--backend",
-            "vllm",
-            "--engine-python",
-            str(vllm_python),
-            "--model",
-            str(tiny_model_dir),
-            "--served-model-name",
-            SERVED_MODEL_NAME,
-            "--engine-arg=--enforce-eager",
-            "--probe-interval",
-            "30",
-        ],
-        env=VLLM_ENV,
-        model=SERVED_MODEL_NAME,
-        queue_timeout_s=120,
     )
     try:
         agent.start(timeout_s=240)
