@@ -11,7 +11,6 @@ has been replayed, or skipped when the pool has none), after every cold restart 
 """
 
 import asyncio
-import json
 import logging
 import platform
 import re
@@ -22,30 +21,31 @@ from aiohttp import web
 
 from engine_node import __version__, metrics
 from engine_node.admission import Admission
-from engine_node.cleanup import CHECK_PERIOD_S, MemoryCleanup, cleanup_params
-from engine_node.config import ConfigRejected, NodeConfig, content_hash, engine_args
+from engine_node.agent_documents import PushedDocuments
+from engine_node.agent_operations import NodeOperations
+from engine_node.cleanup import MemoryCleanup
+from engine_node.config import ConfigRejected, NodeConfig, engine_args
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
 from engine_node.gateway import Gateway
 from engine_node.gpus import gpu_inventory
-from engine_node.policy.intent import IntentClassifier, IntentModelError
+from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.rules import Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
-from engine_node.warmup import WarmupRunner, messages_sha256, warmup_params
+from engine_node.warmup import WarmupRunner
 
 log = logging.getLogger("engine_node.agent")
 
 LOG_TAIL_PERIOD_S = 10.0
 SAMPLE_PERIOD_S = 1.0
-# On its first start a node has no warmup dataset on disk: it waits this long for the control plane's answer to
-# its hello (which always says which dataset the pool has, if any) before serving unwarmed.
-WARMUP_SYNC_WAIT_S = 15.0
 
 
-class Agent:
+class Agent(PushedDocuments, NodeOperations):
+    """One engine node: the engine, its gateway and the link to the control plane."""
+
     def __init__(self, settings: AgentSettings):
         self.settings = settings
         self.status = "starting"
@@ -204,10 +204,6 @@ class Agent:
             "warmup": self.warmup.progress,
         }
 
-    @property
-    def intent_model_sha256(self) -> str:
-        return self.classifier.meta.get("sha256", "") if self.classifier else ""
-
     def heartbeat(self) -> dict:
         message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
         tail = list(self.engine.log_tail)[-20:]
@@ -301,38 +297,6 @@ class Agent:
             log.info("applied %s (%s)", config.label, kind)
             await self._reply("ack", config.hash, config.version)
 
-    def apply_policy(self, message: dict) -> None:
-        """The pool's whitelists, conversation overrides and degradation state; refused unless the hash matches."""
-        content = message.get("content")
-        if not isinstance(content, dict) or content_hash(content) != message.get("hash"):
-            log.error("policy bundle refused: content does not hash to %r", message.get("hash"))
-            return
-        self.bundle = {"hash": message["hash"], "content": content}
-        self.policy_store.save_bundle(self.bundle)
-        self._rebuild_policy()
-        log.info("policy bundle %s applied", message["hash"][:12])
-
-    async def apply_intent_model(self, message: dict) -> None:
-        """A published intent model (or None: back to the built-in one), refused unless its sha256 verifies."""
-        document = message.get("document")
-        try:
-            if document is None:
-                classifier = IntentClassifier.load()
-                self.policy_store.forget_model()
-            else:
-                classifier = IntentClassifier.from_document(document, source=f"model {message.get('id')}")
-                if classifier.meta.get("sha256") != message.get("sha256"):
-                    raise IntentModelError(f"sha256 {classifier.meta.get('sha256')} is not {message.get('sha256')}")
-                self.policy_store.save_model(document)
-        except IntentModelError as exc:
-            log.error("intent model refused: %s", exc)
-            await self._send({"type": "intent_model_result", "sha256": message.get("sha256"), "error": str(exc)})
-            return
-        self.classifier = classifier
-        self._rebuild_policy()
-        log.info("intent model %s in use", self.intent_model_sha256[:12])
-        await self._send({"type": "intent_model_result", "sha256": self.intent_model_sha256, "error": ""})
-
     def _engine_args(self, config: NodeConfig | None) -> list[str]:
         """The engine flags of `config` under the current policy bundle: without speculative decoding while the
         pool is degraded and its template turns it off. A policy push never restarts the engine by itself."""
@@ -341,226 +305,12 @@ class Agent:
             config, self.settings, speculative=degradation.get("speculative_decoding", True) is not False
         )
 
-    def apply_warmup_dataset(self, message: dict) -> None:
-        """The pool's warmup dataset (messages null: the pool has none), kept only when its sha256 verifies.
-
-        The control plane answers every hello with one (`current: true` when ours is already the pool's), which
-        tells a first start that waits for it whether there is anything to replay."""
-        try:
-            if message.get("current"):
-                return
-            messages = message.get("messages")
-            if messages is None:
-                if self.warmup_dataset is not None:
-                    log.info("the pool has no warmup dataset any more")
-                self.warmup_dataset = None
-                self.warmup_store.forget()
-                return
-            if not isinstance(messages, list) or messages_sha256(messages) != message.get("sha256"):
-                log.error("warmup dataset %s refused: its messages do not hash to it", message.get("version_id"))
-                return
-            document = {"version_id": message.get("version_id"), "sha256": message["sha256"], "messages": messages}
-            self.warmup_store.save(document)
-            self.warmup_dataset = document
-            log.info("warmup dataset %s (%d messages) stored", message["sha256"][:12], len(messages))
-        finally:
-            self._warmup_synced.set()
-
     def _rebuild_policy(self) -> None:
         params = self.config.content if self.config else None
         self.admission.set_engine_capacity((params or {}).get("engine", {}).get("max_num_seqs"))
         bundle = self.bundle["content"] if self.bundle else None
         label = self.config.label if self.config else "defaults"
         self.gateway.set_policy(Policy(params, bundle, self.classifier), label)
-
-    async def command(self, command_id: int, op: str) -> None:
-        async def progress(state: str, text: str = "", result: str = "") -> None:
-            await self._send(
-                {"type": "command_progress", "id": command_id, "state": state, "progress": text, "result": result}
-            )
-
-        async with self._apply_lock:
-            try:
-                if op == "drain":
-                    await progress("running", "closing the gate and waiting for in-flight requests")
-                    self._held = True
-                    done, waited = await self.admission.drain(self.settings.drain_timeout_s)
-                    self._set_status("draining")
-                    await progress(
-                        "succeeded",
-                        result=f"drained in {waited:.1f}s"
-                        if done
-                        else f"gate closed; {self.admission.in_flight} requests still running after {waited:.0f}s",
-                    )
-                elif op == "resume":
-                    self._held = False
-                    self.admission.resume()
-                    self._set_status("online")
-                    await progress("succeeded", result="gate open, serving")
-                elif op == "cleanup":
-                    await self._cleanup(self.memory_cleanup.take_trigger(), progress)
-                elif op == "restart":
-                    await progress("running", "draining, then restarting the engine")
-                    # The flags of the config and the policy now: a degraded pool's restart leaves speculative
-                    # decoding out (or brings it back) here, one node at a time as the control plane sends them.
-                    await self._restart_engine(self._engine_args(self.config), reason="operator request")
-                    await progress("running", "engine restarted; warming up")
-                    result = await self._warm(trigger="restart", command_progress=progress)
-                    self._reopen()
-                    if result["state"] == "failed":
-                        text = f"engine restarted; {result['reason']} (serving: no other config to roll back to)"
-                        await progress("failed", result=text)
-                    else:
-                        await progress("succeeded", result=f"engine restarted and serving ({self.engine.version})")
-                elif op == "warmup":
-                    await progress("running", "closing the gate and waiting for in-flight requests")
-                    await self.admission.drain(self.settings.drain_timeout_s)
-                    result = await self._warm(trigger="operator", command_progress=progress)
-                    self._reopen()
-                    await progress(
-                        "failed" if result["state"] == "failed" else "succeeded",
-                        result=json.dumps(result, separators=(",", ":")),
-                    )
-                else:
-                    await progress("failed", result=f"unknown operation {op!r}")
-            except EngineStartFailed as exc:
-                await progress("failed", result=str(exc))
-                await self._recover()
-
-    async def _cleanup(self, trigger: str, progress) -> None:
-        """Drain, reset the prefix cache, release cached blocks, resume; the caller holds the apply lock."""
-        self._set_status("draining")
-        ok, result = await self.memory_cleanup.run(
-            trigger=trigger,
-            params=cleanup_params(self.config.content if self.config else None),
-            progress=progress,
-            reopen=self._reopen,
-        )
-        await progress("succeeded" if ok else "failed", "", json.dumps(result, separators=(",", ":")))
-
-    async def _cleanup_watch(self) -> None:
-        """Every few seconds: is an automatic cleanup due (fragmentation above the threshold, or the timer)?"""
-        while True:
-            await asyncio.sleep(CHECK_PERIOD_S)
-            try:
-                await self._cleanup_check()
-            except Exception:
-                log.exception("the automatic cleanup check failed")
-
-    async def _cleanup_check(self) -> None:
-        if self.status != "online" or self._held or self._apply_lock.locked():
-            return
-        reading = await self.memory_cleanup.read()
-        params = cleanup_params(self.config.content if self.config else None)
-        trigger = self.memory_cleanup.due(params, reading)
-        if trigger is None:
-            return
-        if self.link is None:
-            # Stand-alone: no pool to share a lease with.
-            async with self._apply_lock:
-
-                async def quiet(state: str, text: str = "", result: str = "") -> None:
-                    return None
-
-                await self._cleanup(trigger, quiet)
-        elif self.link.connected.is_set():
-            # The control plane grants one node of the pool at a time: the grant is a cleanup command.
-            self.memory_cleanup.requested(trigger)
-            fragmentation = reading.get("fragmentation") if reading else None
-            await self.link.send({"type": "cleanup_request", "trigger": trigger, "fragmentation": fragmentation})
-
-    async def _startup_warmup(self) -> None:
-        """The first warmup, before the gate ever opens; it holds the apply lock so a pushed config waits for it."""
-        async with self._apply_lock:
-            try:
-                if self.warmup_dataset is None and self.link is not None and self._warmup_params()["enabled"]:
-                    try:
-                        await asyncio.wait_for(self._warmup_synced.wait(), WARMUP_SYNC_WAIT_S)
-                    except TimeoutError:
-                        log.warning("no word from the control plane on the warmup dataset; serving without one")
-                await self._warm(trigger="start")
-            except Exception:
-                log.exception("the start-up warmup failed unexpectedly; serving")
-            finally:
-                self._reopen()
-
-    def _warmup_params(self) -> dict:
-        return warmup_params(self.config.content if self.config else None)
-
-    async def _warm(self, *, trigger: str, command_progress=None) -> dict:
-        """Replay the warmup dataset with the gate shut; returns the final progress (`state`: passed, failed or
-        skipped). The caller reopens the gate (or rolls back first)."""
-        params = self._warmup_params()
-        if not params["enabled"]:
-            result = self.warmup.skip("warmup turned off (warmup.enabled)", trigger=trigger)
-        elif not self.warmup_dataset or not self.warmup_dataset["messages"]:
-            result = self.warmup.skip("no warmup dataset", trigger=trigger)
-        else:
-            self._set_status("warming")
-
-            async def report(document: dict) -> None:
-                await self._send({"type": "warmup_progress", **document})
-                if command_progress is not None and document["state"] == "running":
-                    await command_progress(
-                        "running",
-                        f"warming up: {document['done']}/{document['total']} requests, "
-                        f"concurrency {document['concurrency']}, p99 {document['p99']} s",
-                    )
-
-            result = await self.warmup.run(
-                messages=self.warmup_dataset["messages"],
-                params=params,
-                policy=self.gateway.policy,
-                max_num_seqs=(self.config.content if self.config else {}).get("engine", {}).get("max_num_seqs"),
-                trigger=trigger,
-                on_progress=report,
-            )
-        metrics.WARMUPS.labels(trigger=trigger, result=result["state"]).inc()
-        await self._send({"type": "warmup_progress", **result})
-        return result
-
-    async def _roll_back(self, previous: NodeConfig | None, *, failed: NodeConfig, reason: str) -> None:
-        """After `failed`'s warmup failed: restart on the config the node ran before, warm it up and serve."""
-        log.error("%s: rolling back from %s", reason, failed.label)
-        self.config = previous
-        self._rebuild_policy()
-        try:
-            await self._restart_engine(self._engine_args(previous), reason=f"config rollback from {failed.label}")
-        except EngineStartFailed as exc:
-            log.error("the previous config does not start either: %s", exc)
-            await self._recover()
-            return
-        # Whatever this warmup finds, the node serves: the config it goes back to is the last one that passed.
-        await self._warm(trigger="rollback")
-        self._reopen()
-
-    async def _restart_engine(self, args: list[str], *, reason: str) -> None:
-        """Drain (bounded), restart with `args` and confirm a real request succeeds; the gate stays shut for the
-        caller's warmup."""
-        self._set_status("draining")
-        done, waited = await self.admission.drain(self.settings.drain_timeout_s)
-        if not done:
-            log.warning("drain timed out after %.0fs with %d in flight", waited, self.admission.in_flight)
-        self._set_status("restarting")
-        self.restarts += 1
-        metrics.ENGINE_RESTARTS.labels(cause="config" if reason.startswith("config") else "operator").inc()
-        await self.engine.stop()
-        await self.engine.start(args)
-
-    async def _recover(self) -> None:
-        """After a failed start, bring the engine back on the last good config and reopen the gate."""
-        self._set_status("degraded")
-        args = self._engine_args(self.config)
-        while True:
-            try:
-                self.restarts += 1
-                await self.engine.stop()
-                await self.engine.start(args)
-                break
-            except EngineStartFailed as exc:
-                log.error("engine does not start on the last good config either: %s", exc)
-                await asyncio.sleep(5)
-        self._reopen()
 
     def _reopen(self) -> None:
         if self._held:
