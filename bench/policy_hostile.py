@@ -111,7 +111,7 @@ def hostile_messages() -> dict[str, str]:
         "4,000 emoji": "😀" * 4000,
         "1 letter + 4,000 combining marks": "a" + "\u0301\u0316" * 2000,
         "4,000 lone surrogates (JSON \\ud800)": json.loads('"' + "\\ud800" * 4000 + '"'),
-        "digits 元 repeated, 4,000": "1元" * 2000,
+        "'1元' x 2,000": "1元" * 2000,
         "2.8 M CJK characters (an 8 MiB body)": "单" * (MAX_BODY_BYTES // 3 - 100),
     }
 
@@ -214,7 +214,7 @@ def report(r: dict) -> None:
     n = r["normal"]
     print(f"\nnormal messages (engine_node/policy/data/intents.jsonl, {len(n['after'])}, best of {r['passes']} passes)")
     print(f"{'':34} {'before':>11} {'after':>11} {'after/before':>13} {'after/baseline':>15}")
-    for q, name in ((0.5, "p50"), (0.99, "p99"), (1.0, "max")):
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
         b, a = percentile(n["before"], q), percentile(n["after"], q)
         print(f"{'Policy.decide ' + name:<34} {b:>8.1f} us {a:>8.1f} us {a / b:>12.2f}x {a / base:>14.1f}x")
     print("\nhostile messages (Policy.decide on the message as a client sends it)")
