@@ -66,7 +66,7 @@ def test_translation(python, re2):
         (r"\d{11}(?!\d)", "which has no look-around"),
         (r"(?=order)\w+", "which has no look-around"),
         (r"[\S]", r"\S inside [...] has no RE2 equivalent"),
-        (r"[\w]{1000}", "exceeds 2 MiB"),
+        (r"[\w]{1000}", "exceeds 8 MiB"),
         (r"(unclosed", "missing )"),
         (r"\u4e0", r"\u needs 4 hex digits"),
         ("", "must be a non-empty string"),
