@@ -1,4 +1,4 @@
-"""Coalesces agent reports that arrive together: ACKs of one rollout, and plain heartbeats.
+"""Coalesces agent reports that arrive together: ACKs of one rollout, plain heartbeats and warmup progress.
 
 ACKs: one UPDATE per version and one browser event per pool, per flush.
 
@@ -25,10 +25,14 @@ from controlplane.nodes.services import agent_sessions
 FLUSH_WINDOW_S = 0.005
 ACK_LOOP = "agent-acks"
 SEEN_LOOP = "agent-heartbeats"
+WARMUP_LOOP = "agent-warmup-progress"
 # Pauses before the ACKs of a failed flush are written again; each try also waits out the database's busy timeout.
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
-# Heartbeats of a failed flush wait for a later window, at most this long once failures pile up.
+# Heartbeats and warmup reports of a failed flush wait for a later window, at most this long once failures pile up.
 MAX_SEEN_BACKOFF_S = 30.0
+# Agents report a warmup's progress twice a second each; a rollout warms every node of a pool at once.
+WARMUP_WINDOW_S = 0.5
+_RUNNING = "running"
 
 
 @dataclass(frozen=True)
@@ -131,13 +135,53 @@ class SeenBatcher:
                 loop_health.loop_succeeded(SEEN_LOOP)
 
 
-_batchers: dict[asyncio.AbstractEventLoop, tuple[AckBatcher, SeenBatcher]] = {}
+class WarmupBatcher:
+    """Warmup progress, written for all nodes together every `WARMUP_WINDOW_S` in one transaction.
+
+    A node's running reports within a window replace each other (a person sees the newest); a finished one (passed,
+    failed, skipped) is always written, in order, so a failure is recorded even if a new run starts right after.
+    """
+
+    def __init__(self, window_s: float = WARMUP_WINDOW_S):
+        self.window_s = window_s
+        self._pending: dict[int, list[dict]] = {}
+        self._flusher: asyncio.Task | None = None
+        self._failures = 0
+        loop_health.loop_register(WARMUP_LOOP, description="agents' warmup progress, stored twice a second")
+
+    def record(self, node_id: int, progress: dict) -> None:
+        reports = self._pending.setdefault(node_id, [])
+        if reports and reports[-1].get("state") == _RUNNING and progress.get("state") == _RUNNING:
+            reports[-1] = progress
+        else:
+            reports.append(progress)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._pending:
+            await asyncio.sleep(self.window_s)
+            reports, self._pending = self._pending, {}
+            try:
+                await DatabaseSyncToAsync(agent_sessions.nodes_warmup_progress, thread_sensitive=False)(reports=reports)
+            except Exception as exc:
+                self._failures += 1
+                loop_health.loop_failed(WARMUP_LOOP, exc, context=f"warmup progress of {len(reports)} node(s)")
+                for node_id, older in reports.items():
+                    self._pending[node_id] = older + self._pending.get(node_id, [])
+                await asyncio.sleep(min(self.window_s * 2**self._failures, MAX_SEEN_BACKOFF_S))
+            else:
+                self._failures = 0
+                loop_health.loop_succeeded(WARMUP_LOOP)
 
 
-def _for_loop() -> tuple[AckBatcher, SeenBatcher]:
+_batchers: dict[asyncio.AbstractEventLoop, tuple[AckBatcher, SeenBatcher, WarmupBatcher]] = {}
+
+
+def _for_loop() -> tuple[AckBatcher, SeenBatcher, WarmupBatcher]:
     loop = asyncio.get_running_loop()
     if loop not in _batchers:
-        _batchers[loop] = (AckBatcher(), SeenBatcher())
+        _batchers[loop] = (AckBatcher(), SeenBatcher(), WarmupBatcher())
     return _batchers[loop]
 
 
@@ -147,3 +191,7 @@ def ack_batcher() -> AckBatcher:
 
 def seen_batcher() -> SeenBatcher:
     return _for_loop()[1]
+
+
+def warmup_batcher() -> WarmupBatcher:
+    return _for_loop()[2]

@@ -11,7 +11,7 @@ from django.db import InterfaceError, OperationalError
 
 from controlplane.lib import loop_health, realtime
 from controlplane.metrics.services.ingest import sample_ingestor
-from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher
+from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher, warmup_batcher
 from controlplane.nodes.services import agent_policy, agent_sessions, cleanup
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 # is closed so the agent reconnects and its hello carries its state again. Samples, heartbeats and progress reports
 # are repeated anyway; one is given up.
 RECONCILE_ON_FAILURE = frozenset({"hello", "ack", "nack", "command_progress", "cleanup_request"})
+loop_health.loop_register(LOOP, description="agents' messages over their WebSocket (hello, heartbeats, ACK/NACK, ...)")
 
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
@@ -183,7 +184,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             if command is None:
                 await self.send_json({"type": "cleanup_denied", "reason": refusal})
         elif kind == "warmup_progress":
-            await self._db(agent_sessions.node_warmup_progress, node_id=self.node_id, progress=content)
+            # Twice a second per warming node: stored in batches with the other nodes' reports.
+            warmup_batcher().record(self.node_id, content)
         elif kind == "command_progress":
             await self._db(
                 agent_sessions.node_command_progress,
