@@ -90,7 +90,7 @@ else:
     # at once with "database is locked" when it tries to write while another writer holds the lock (SQLite cannot
     # wait there without risking a deadlock), and `select_for_update` is a no-op on SQLite. So write transactions
     # are serialised whole, as the row locks are on Postgres. synchronous=NORMAL is safe in WAL: a power cut can
-    # lose the last commits, never corrupt the file. See docs/operations.md, "Embedded mode under load".
+    # lose the last commits, never corrupt the file. See docs/embedded-mode.md.
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
