@@ -11,7 +11,10 @@ from controlplane.lib.loop_health import LoopState, loops_health, loops_report
 def healthz(request):
     """200 when every loop is ok, 503 when one is failing, stalled or stopped; states and times, no error text."""
     report = loops_report()
-    return JsonResponse(report, status=200 if report["status"] == "ok" else 503)
+    response = JsonResponse(report, status=200 if report["status"] == "ok" else 503)
+    # The failing loop logged itself once; Django's line per 5xx would repeat it at every probe.
+    response._has_been_logged = True
+    return response
 
 
 def loop_rows() -> list[dict]:
