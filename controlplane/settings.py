@@ -84,12 +84,22 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # Embedded mode has many writers in one process (agent messages, sample batches, periodic passes, requests).
+    # WAL: readers never wait for the writer, nor it for them. IMMEDIATE: every `transaction.atomic()` takes the
+    # write lock at BEGIN, where SQLite waits up to `timeout` for it; a deferred transaction that read first fails
+    # at once with "database is locked" when it tries to write while another writer holds the lock (SQLite cannot
+    # wait there without risking a deadlock), and `select_for_update` is a no-op on SQLite. So write transactions
+    # are serialised whole, as the row locks are on Postgres. synchronous=NORMAL is safe in WAL: a power cut can
+    # lose the last commits, never corrupt the file. See docs/embedded-mode.md.
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "controlplane.sqlite3",
-            # A busy SQLite waits for the writer instead of failing at once.
-            "OPTIONS": {"timeout": 20},
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -218,11 +228,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(TEMPLATE_MAX_BYTES * 4, 2_621_440)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Celery logs a line per task run ("Task ... succeeded in"), per task received by a worker and per task sent
+    # by beat: periodic ones several a second. Failures are warnings and errors, so they still show; LOG_LEVEL=DEBUG
+    # brings the per-run lines back.
+    "loggers": {
+        name: {"level": "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"}
+        for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat")
+    },
 }
 
 # Engine-node agents: heartbeat period they are told to use, and silence after which a node counts as lost.

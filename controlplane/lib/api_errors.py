@@ -1,6 +1,9 @@
 """The one DRF exception handler: every error body is {"error": ..., "detail": ...}, plus `code` for domain errors."""
 
+import logging
+
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -8,11 +11,26 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.lib.errors import DomainError
 
+log = logging.getLogger(__name__)
+
+# A database that stayed locked past its busy timeout, or went away: a passing condition, worth a retry.
+DATABASE_UNAVAILABLE_RETRY_AFTER_S = 2
+
 
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         # `code` is the stable name clients branch on (e.g. production_gate, stale_base_version).
         return Response({"error": exc.message, "code": exc.code, "detail": exc.detail}, status=exc.status_code)
+    if isinstance(exc, OperationalError | InterfaceError):
+        request = context.get("request")
+        where = f"{request.method} {request.path}" if request is not None else "API"
+        log.error("%s: database unavailable: %s", where, exc, exc_info=exc)
+        response = Response(
+            {"error": "database busy or unavailable; retry shortly", "detail": None},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+        response["Retry-After"] = str(DATABASE_UNAVAILABLE_RETRY_AFTER_S)
+        return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

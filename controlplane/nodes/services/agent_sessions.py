@@ -75,17 +75,26 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
         _broadcast(node)
 
 
-def node_warmup_progress(*, node_id: int, progress: dict) -> None:
-    """A warmup run's progress (`{state, done, total, p50, p99, concurrency, ...}`), live on the node pages."""
+def nodes_warmup_progress(*, reports: dict[int, list[dict]]) -> None:
+    """Warmup runs' progress (`{state, done, total, p50, p99, concurrency, ...}`) of many nodes, each node's reports
+    in the order sent, in one transaction; live on the node pages."""
     now = timezone.now()
     with transaction.atomic():
-        node = _locked(node_id)
-        _record_warmup(node, progress, now)
-        node.last_seen_at = now
-        node.save(
-            update_fields=["warmup_state", "warmup_progress", "warmup_finished_at", "warmup_failed_at", "last_seen_at"]
-        )
-    _broadcast(node)
+        nodes = EngineNode.objects.select_for_update().in_bulk(list(reports))
+        for node_id, node_reports in reports.items():
+            node = nodes.get(node_id)
+            if node is None:
+                continue  # deleted meanwhile
+            for progress in node_reports:
+                _record_warmup(node, progress, now)
+            node.last_seen_at = now
+            node.save(
+                update_fields=[
+                    "warmup_state", "warmup_progress", "warmup_finished_at", "warmup_failed_at", "last_seen_at",
+                ]
+            )  # fmt: skip
+    for node in nodes.values():
+        _broadcast(node)
 
 
 def _record_warmup(node: EngineNode, progress: dict, now) -> None:
