@@ -226,7 +226,7 @@ class WarmupUploadSerializer(UploadSerializer):
     """Messages to keep as they are (`source` upload), or a conversation log to reduce to its `top_n` queries."""
 
     source = serializers.ChoiceField(
-        choices=WarmupDatasetVersion.Source.values, default=WarmupDatasetVersion.Source.UPLOAD
+        choices=WarmupDatasetVersion.Source.choices, default=WarmupDatasetVersion.Source.UPLOAD
     )
     top_n = serializers.IntegerField(min_value=1, max_value=MAX_TOP_N, required=False)
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")

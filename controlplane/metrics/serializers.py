@@ -38,6 +38,20 @@ def parse_time(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+class MetricHistorySerializer(serializers.Serializer):
+    scope = serializers.CharField()
+    name = serializers.CharField()
+    resolution_s = serializers.IntegerField(help_text="1 for ranges up to an hour, 60 beyond")
+    since = serializers.FloatField(help_text="unix seconds")
+    until = serializers.FloatField(help_text="unix seconds")
+    t = serializers.ListField(child=serializers.FloatField(), help_text="unix seconds of each row")
+    values = serializers.DictField(
+        child=serializers.ListField(child=serializers.JSONField(allow_null=True)),
+        help_text="one list per figure, aligned with `t`: numbers, null where a row has none, objects for a "
+        "count map's entries",
+    )
+
+
 class HistoryQuerySerializer(StrictSerializer):
     metric = serializers.CharField(help_text="comma-separated figures, e.g. latency_p99_s,qps,length_hist")
     since = serializers.CharField(required=False, help_text="unix seconds or ISO 8601; default: 5 minutes before until")
