@@ -26,7 +26,8 @@ def before_load_schema(context, raw_schema: dict) -> None:
             for parameter in operation.get("parameters", []):
                 values = known.get(parameter.get("name")) if parameter.get("in") == "path" else None
                 if values:
-                    parameter["schema"] = {"anyOf": [parameter["schema"], {"enum": values}]}
+                    # Existing objects first: generation leans towards the first choice.
+                    parameter["schema"] = {"anyOf": [{"enum": values}, parameter["schema"]]}
 
 
 @schemathesis.hook
