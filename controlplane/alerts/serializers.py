@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from controlplane.alerts import selectors
 from controlplane.alerts.models import Alert, AlertEvent, AlertGroup, AlertRuleVersion, Severity, Silence
-from controlplane.lib.serializers import StrictSerializer
+from controlplane.lib.serializers import SlugNameField, StrictSerializer
 
 
 class AlertRuleVersionSerializer(serializers.ModelSerializer):
@@ -38,7 +38,7 @@ class _RuleFields(StrictSerializer):
 
 
 class AlertRuleCreateSerializer(_RuleFields):
-    name = serializers.CharField()
+    name = SlugNameField()
 
 
 class AlertRuleVersionCreateSerializer(_RuleFields):

@@ -13,7 +13,7 @@ from controlplane.datasets.models import (
 )
 from controlplane.datasets.services.training import MAX_EPOCHS
 from controlplane.datasets.uploads import FORMATS
-from controlplane.lib.serializers import StrictSerializer
+from controlplane.lib.serializers import SlugNameField, StrictSerializer
 from engine_node.policy.train_intent import EPOCHS
 
 
@@ -72,7 +72,7 @@ class UploadSerializer(StrictSerializer):
 
 
 class IntentDatasetCreateSerializer(UploadSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
@@ -239,7 +239,7 @@ class WarmupUploadSerializer(UploadSerializer):
 
 
 class WarmupDatasetCreateSerializer(WarmupUploadSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 

@@ -123,12 +123,8 @@ class AutoSchema(SpectacularAutoSchema):
 
 def _empty_means_absent(parameter: dict) -> bool:
     """Optional text and boolean query filters read an empty value as "not given" (django-filter, and the views'
-    `params.get(name) or default`), as HTML forms send them; choices and numbers do not."""
+    `params.get(name) or default`), as HTML forms send them, and so does DRF's `page`; choices do not."""
     schema = parameter.get("schema", {})
-    return (
-        parameter["in"] == "query"
-        and not parameter.get("required")
-        and parameter["name"] != "page"
-        and schema.get("type") in ("string", "boolean")
-        and "enum" not in schema
-    )
+    if parameter["in"] != "query" or parameter.get("required") or "enum" in schema:
+        return False
+    return schema.get("type") in ("string", "boolean") or parameter["name"] == "page"

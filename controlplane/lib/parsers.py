@@ -16,7 +16,8 @@ class PayloadTooLarge(APIException):
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        # Django bounds form bodies (DATA_UPLOAD_MAX_MEMORY_SIZE); DRF reads a JSON body straight from the stream.
+        # Refused from Content-Length before a byte is read; Django's own refusal of what it reads past the limit
+        # (RequestDataTooBig) becomes the same 413 in controlplane.lib.api_errors.
         request = (parser_context or {}).get("request")
         length = request.META.get("CONTENT_LENGTH") if request is not None else None
         if length and length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:

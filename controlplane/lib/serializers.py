@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.lib.errors import InvalidField
+from controlplane.lib.errors import SLUG_PATTERN, InvalidField
 
 
 class StrictSerializer(serializers.Serializer):
@@ -43,6 +43,11 @@ def json_type_problem(field: serializers.Field, value) -> str | None:
     if isinstance(field, serializers.FloatField) and (isinstance(value, bool) or not isinstance(value, int | float)):
         return "must be a number"
     return None
+
+
+@extend_schema_field({"type": "string", "pattern": SLUG_PATTERN, "maxLength": 64})
+class SlugNameField(serializers.CharField):
+    """The name of a new object; the service checks it (check_slug) and words the error."""
 
 
 @extend_schema_field(OpenApiTypes.OBJECT)

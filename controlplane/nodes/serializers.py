@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from controlplane.lib.serializers import JSONObjectField, ObjectListField, StrictSerializer
+from controlplane.lib.serializers import JSONObjectField, ObjectListField, SlugNameField, StrictSerializer
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.selectors import cleanup_figures
 from controlplane.params.serializers import FieldChangeSerializer
@@ -25,7 +25,7 @@ class PoolSerializer(serializers.ModelSerializer):
 
 
 class PoolCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     is_production = serializers.BooleanField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
@@ -78,7 +78,7 @@ class PreviewSerializer(serializers.Serializer):
 
 
 class NodeCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     pool = serializers.CharField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 

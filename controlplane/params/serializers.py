@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.lib.serializers import JSONObjectField, NameListField, StrictSerializer
+from controlplane.lib.serializers import JSONObjectField, NameListField, SlugNameField, StrictSerializer
 from controlplane.params import codec, schema
 from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist, WhitelistVersion
 
@@ -27,7 +27,7 @@ class TemplateSerializer(serializers.ModelSerializer):
 
 
 class TemplateCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
@@ -144,7 +144,7 @@ class WhitelistSerializer(serializers.ModelSerializer):
 
 
 class WhitelistCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     scenarios = NameListField()
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
