@@ -32,10 +32,17 @@ def parse_time(value: str) -> datetime:
         return datetime.fromtimestamp(float(value), tz=UTC)
     except (ValueError, OverflowError, OSError):
         pass
-    parsed = parse_datetime(value)
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:  # well formed, but no such time (month 13)
+        parsed = None
     if parsed is None:
         raise serializers.ValidationError("expected unix seconds or an ISO 8601 time")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        # In UTC: Postgres refuses offsets past 15:59 that Python accepts (`-21:09`).
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:
+        raise serializers.ValidationError("out of range") from None
 
 
 class MetricHistorySerializer(serializers.Serializer):

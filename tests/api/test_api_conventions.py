@@ -72,3 +72,25 @@ def test_empty_metric_history_bounds_count_as_not_given(world, api_for):
     response = api_for("oncall").get(url, {"metric": "qps", "since": "", "until": ""})
     assert response.status_code == 200
     assert response.json()["until"] - response.json()["since"] == 300
+
+
+@pytest.mark.parametrize("url", ["api:audit-list", "api:audit-export"])
+def test_time_filters_with_offsets_postgres_refuses_are_taken_in_utc(world, api_for, url):
+    """Python reads `-21:09` as an offset; Postgres refuses past 15:59: the list was a 500, the CSV hung."""
+    response = api_for("oncall").get(reverse(url), {"until": "0733-07-31T22:37:35-21:09"})
+    assert response.status_code == 200
+    if url == "api:audit-export":
+        assert b"".join(response.streaming_content).decode().splitlines()[1:] == []
+    out_of_range = api_for("oncall").get(reverse(url), {"since": "0001-01-01T00:00:00+01:00"})
+    assert out_of_range.status_code == 400
+    assert out_of_range.json()["error"] == "since: is out of range"
+
+
+def test_metric_history_bounds_with_such_offsets_are_taken_in_utc(world, api_for):
+    url = reverse("api:metric-history", args=["pool", "staging"])
+    bounds = {"metric": "qps", "since": "2026-12-01T00:00:00-21:09", "until": "2026-12-01T01:00:00-21:09"}
+    response = api_for("oncall").get(url, bounds)
+    assert response.status_code == 200
+    assert response.json()["until"] - response.json()["since"] == 3600
+    for since in ("0001-01-01T00:00:00+01:00", "2020-13-01T00:00:00"):
+        assert api_for("oncall").get(url, {"metric": "qps", "since": since}).status_code == 400
