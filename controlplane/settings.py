@@ -198,8 +198,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.accounts.permissions.HasRole"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["controlplane.lib.filters.FilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "controlplane.lib.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.lib.api_errors.exception_handler",
     # `?format=yaml|json` names the export format; DRF must not read it as a renderer override.
     "URL_FORMAT_OVERRIDE": None,
@@ -215,6 +215,18 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Parameter templates, whitelists, pools, rollouts and the audit log.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Requests and responses get components of their own: read-only fields (ids, times) are not asked for,
+    # write-only ones (passwords) are never shown.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets that share a field name get names that say which one they are.
+    "ENUM_NAME_OVERRIDES": {
+        "DocumentFormatEnum": "controlplane.params.codec.FORMATS",
+        "UploadFormatEnum": "controlplane.datasets.uploads.FORMATS",
+        "WarmupSourceEnum": "controlplane.datasets.models.WarmupDatasetVersion.Source",
+        "AlertStateEnum": "controlplane.alerts.models.Alert.State",
+        "IncidentStateEnum": "controlplane.alerts.models.AlertGroup.State",
+        "IntentModelStatusEnum": "controlplane.datasets.models.IntentModel.Status",
+    },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -1,16 +1,17 @@
 """REST endpoints for engine nodes: registration and credentials, operations, fleet and rollout state."""
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import Conflict
+from controlplane.lib.openapi import conflict, not_found
 from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
-from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services import cleanup, rollouts
 from controlplane.nodes.services import engine_nodes as services
 
@@ -22,6 +23,11 @@ class NodeList(APIView):
 
     required_action = Action.NODE_CREDENTIALS
 
+    @extend_schema(
+        operation_id="nodes_list",
+        parameters=[OpenApiParameter("pool", str, description="only the nodes of this pool")],
+        responses=serializers.NodeListSerializer,
+    )
     def get(self, request):
         now = timezone.now()
         nodes = _NODES.all()
@@ -29,7 +35,14 @@ class NodeList(APIView):
             nodes = nodes.filter(pool__name=request.query_params["pool"])
         return Response({"results": [selectors.node_summary(node=n, now=now) for n in nodes]})
 
-    @extend_schema(request=serializers.NodeCreateSerializer, responses={201: dict})
+    @extend_schema(
+        request=serializers.NodeCreateSerializer,
+        responses={
+            201: serializers.NodeCreatedSerializer,
+            404: not_found("No such pool."),
+            409: conflict("A node with that name exists."),
+        },
+    )
     def post(self, request):
         data = validated(serializers.NodeCreateSerializer, request.data)
         pool = generics.get_object_or_404(Pool, name=data["pool"])
@@ -43,6 +56,7 @@ class NodeList(APIView):
 
 
 class NodeDetail(APIView):
+    @extend_schema(responses=serializers.NodeSummarySerializer)
     def get(self, request, name):
         node = generics.get_object_or_404(_NODES, name=name)
         return Response(selectors.node_summary(node=node, now=timezone.now()))
@@ -53,7 +67,7 @@ class NodeTokenRotate(APIView):
 
     required_action = Action.NODE_CREDENTIALS
 
-    @extend_schema(request=serializers.ReasonSerializer, responses={201: dict})
+    @extend_schema(request=serializers.ReasonSerializer, responses={201: serializers.NodeTokenSerializer})
     def post(self, request, name):
         node = generics.get_object_or_404(EngineNode, name=name)
         data = validated(serializers.ReasonSerializer, request.data)
@@ -64,7 +78,10 @@ class NodeTokenRotate(APIView):
 class NodeTokenRevoke(APIView):
     required_action = Action.NODE_CREDENTIALS
 
-    @extend_schema(request=serializers.ReasonSerializer, responses={200: dict})
+    @extend_schema(
+        request=serializers.ReasonSerializer,
+        responses={200: serializers.NodeRevokedSerializer, 409: conflict("The node has no active token.")},
+    )
     def post(self, request, name):
         node = generics.get_object_or_404(EngineNode, name=name)
         data = validated(serializers.ReasonSerializer, request.data)
@@ -77,10 +94,18 @@ class NodeCommandList(generics.ListAPIView):
     required_action = Action.NODE_OPERATE
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no node name
+            return NodeCommand.objects.none()
         node = generics.get_object_or_404(EngineNode, name=self.kwargs["name"])
         return node.commands.select_related("node", "requested_by")
 
-    @extend_schema(request=serializers.NodeCommandCreateSerializer, responses={201: serializers.NodeCommandSerializer})
+    @extend_schema(
+        request=serializers.NodeCommandCreateSerializer,
+        responses={
+            201: serializers.NodeCommandSerializer,
+            409: conflict("The node is not connected, or still carries out an earlier command."),
+        },
+    )
     def post(self, request, name):
         node = generics.get_object_or_404(EngineNode, name=name)
         data = validated(serializers.NodeCommandCreateSerializer, request.data)
@@ -93,7 +118,13 @@ class PoolCleanup(APIView):
 
     required_action = Action.NODE_OPERATE
 
-    @extend_schema(request=serializers.ReasonSerializer, responses={201: serializers.NodeCommandSerializer(many=True)})
+    @extend_schema(
+        request=serializers.ReasonSerializer,
+        responses={
+            201: serializers.NodeCommandSerializer(many=True),
+            409: conflict("The pool has no connected node free to clean up."),
+        },
+    )
     def post(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.ReasonSerializer, request.data)
@@ -108,6 +139,7 @@ class PoolRollout(APIView):
 
     required_action = Action.POOL_PUBLISH
 
+    @extend_schema(responses=serializers.PoolRolloutSerializer)
     def get(self, request, name):
         pool = generics.get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
         now = timezone.now()
@@ -116,7 +148,13 @@ class PoolRollout(APIView):
         body["canary"] = selectors.rollout_summary(rollout=latest, now=now) if latest else None
         return Response(body)
 
-    @extend_schema(request=serializers.RolloutActionSerializer)
+    @extend_schema(
+        request=serializers.RolloutActionSerializer,
+        responses={
+            200: serializers.RolloutSummarySerializer,
+            409: conflict("No rollout under way, or the action does not fit its state (paused, last stage...)."),
+        },
+    )
     def post(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.RolloutActionSerializer, request.data)

@@ -2,19 +2,22 @@
 
 from rest_framework import serializers
 
-from controlplane.lib.serializers import StrictSerializer
-from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
+from controlplane.lib.serializers import JSONObjectField, ObjectListField, SlugNameField, StrictSerializer
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.selectors import cleanup_figures
 from controlplane.params.serializers import FieldChangeSerializer
 
 
-class VersionRefField(serializers.Field):
-    def to_representation(self, version):
-        return {"template": version.template.name, "number": version.number, "hash": version.content_hash}
+class VersionRefSerializer(serializers.Serializer):
+    """A template version as pools, releases and nodes name it."""
+
+    template = serializers.CharField(source="template.name")
+    number = serializers.IntegerField()
+    hash = serializers.CharField(source="content_hash", help_text="sha256 of the effective parameters")
 
 
 class PoolSerializer(serializers.ModelSerializer):
-    desired_version = VersionRefField(allow_null=True)
+    desired_version = VersionRefSerializer(allow_null=True, help_text="null until a first publish")
 
     class Meta:
         model = Pool
@@ -22,15 +25,15 @@ class PoolSerializer(serializers.ModelSerializer):
 
 
 class PoolCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     is_production = serializers.BooleanField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class ReleaseSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name")
-    version = VersionRefField()
-    previous_version = VersionRefField(allow_null=True)
+    version = VersionRefSerializer()
+    previous_version = VersionRefSerializer(allow_null=True)
     actor = serializers.CharField(source="actor_name")
 
     class Meta:
@@ -69,13 +72,13 @@ class RollbackSerializer(StrictSerializer):
 
 
 class PreviewSerializer(serializers.Serializer):
-    target = VersionRefField(allow_null=True)
+    target = VersionRefSerializer(allow_null=True, help_text="null when there is nothing to roll back to")
     needs_restart = serializers.BooleanField()
     changes = FieldChangeSerializer(many=True)
 
 
 class NodeCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     pool = serializers.CharField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
@@ -92,13 +95,13 @@ class RolloutActionSerializer(StrictSerializer):
 class CanarySettingsSerializer(StrictSerializer):
     """Either field may be left out (it keeps its value); the service checks the stages and the window."""
 
-    canary_stages = serializers.JSONField(required=False)
+    canary_stages = ObjectListField(required=False)
     analysis_window_s = serializers.IntegerField(required=False)
     reason = serializers.CharField(max_length=2000)
 
 
 class CanarySettingsReadSerializer(serializers.Serializer):
-    canary_stages = serializers.JSONField()
+    canary_stages = ObjectListField()
     analysis_window_s = serializers.IntegerField()
 
 
@@ -134,3 +137,94 @@ class NodeCommandSerializer(serializers.ModelSerializer):
         if command.op != NodeCommand.Op.CLEANUP:
             return None
         return cleanup_figures(result=command.result)
+
+
+class NodeWarmupSerializer(serializers.Serializer):
+    """The node's warmup: its state and, while it runs or once it ended, what the agent reported."""
+
+    state = serializers.ChoiceField(choices=EngineNode.WarmupState.choices)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class NodeSummarySerializer(serializers.Serializer):
+    """What the fleet view shows of one node (controlplane.nodes.selectors.node_summary)."""
+
+    name = serializers.CharField()
+    pool = serializers.CharField()
+    status = serializers.ChoiceField(choices=EngineNode.Status.choices)
+    backend = serializers.CharField(help_text="`vllm` or `simulated`, as the agent reported; empty before")
+    engine_version = serializers.CharField()
+    hostname = serializers.CharField()
+    applied = VersionRefSerializer(allow_null=True, help_text="the version the node ACKed last")
+    desired = VersionRefSerializer(allow_null=True, help_text="its pool's desired version")
+    in_sync = serializers.BooleanField()
+    last_nack_error = serializers.CharField()
+    nacked_desired = serializers.BooleanField()
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+    log_tail = serializers.ListField(child=serializers.CharField())
+    has_token = serializers.BooleanField()
+    warmup = NodeWarmupSerializer()
+
+
+class NodeListSerializer(serializers.Serializer):
+    results = NodeSummarySerializer(many=True)
+
+
+class NodeCreatedSerializer(serializers.Serializer):
+    node = NodeSummarySerializer()
+    token = serializers.CharField(help_text="The node's token, shown this once (only its hash is kept).")
+
+
+class NodeTokenSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    token = serializers.CharField(help_text="The new token, shown this once; the old one stopped working.")
+
+
+class NodeRevokedSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    revoked = serializers.BooleanField()
+
+
+class StageNodeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    acked = serializers.BooleanField()
+    nacked = serializers.BooleanField()
+
+
+class RolloutStageSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    nodes = StageNodeSerializer(many=True)
+
+
+class RolloutSummarySerializer(serializers.Serializer):
+    """A canary rollout (controlplane.nodes.selectors.rollout_summary)."""
+
+    id = serializers.IntegerField()
+    pool = serializers.CharField()
+    state = serializers.ChoiceField(choices=Rollout.State.choices)
+    is_active = serializers.BooleanField()
+    from_version = VersionRefSerializer()
+    to_version = VersionRefSerializer()
+    stages = ObjectListField(help_text='the stages as configured, e.g. `[{"nodes": 1}, {"percent": 100}]`')
+    stage_index = serializers.IntegerField()
+    stage_nodes = RolloutStageSerializer(many=True)
+    baseline_nodes = serializers.ListField(child=serializers.CharField())
+    analysis_window_s = serializers.IntegerField()
+    stage_started_at = serializers.DateTimeField()
+    stage_acked_at = serializers.DateTimeField(allow_null=True)
+    window_left_s = serializers.FloatField(allow_null=True)
+    latest_analysis = JSONObjectField(allow_null=True, help_text="the last canary analysis, null before one")
+    outcome = serializers.CharField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class PoolRolloutSerializer(serializers.Serializer):
+    """Which nodes of the pool run its desired version, and its latest canary rollout."""
+
+    pool = serializers.CharField()
+    state = serializers.ChoiceField(choices=["idle", "no_nodes", "in_progress", "complete", "failed"])
+    total = serializers.IntegerField()
+    acked = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    nodes = NodeSummarySerializer(many=True)
+    canary = RolloutSummarySerializer(allow_null=True, help_text="null if the pool never had a rollout")
