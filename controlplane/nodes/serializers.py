@@ -1,10 +1,11 @@
 """API shapes of pools and their releases."""
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.lib.serializers import StrictSerializer
-from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
-from controlplane.nodes.selectors import cleanup_figures
+from controlplane.nodes.models import NodeCommand, Pool, PoolRelease, VersionRun
+from controlplane.nodes.selectors import cleanup_figures, command_waiting_for
 from controlplane.params.serializers import FieldChangeSerializer
 
 
@@ -18,7 +19,7 @@ class PoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Pool
-        fields = ["name", "description", "is_production", "desired_version", "created_at"]
+        fields = ["name", "description", "is_production", "desired_version", "soak_s", "created_at"]
 
 
 class PoolCreateSerializer(StrictSerializer):
@@ -90,16 +91,57 @@ class RolloutActionSerializer(StrictSerializer):
 
 
 class CanarySettingsSerializer(StrictSerializer):
-    """Either field may be left out (it keeps its value); the service checks the stages and the window."""
+    """Any field may be left out (it keeps its value); the service checks the stages and the windows."""
 
     canary_stages = serializers.JSONField(required=False)
     analysis_window_s = serializers.IntegerField(required=False)
+    soak_s = serializers.IntegerField(
+        required=False, help_text="Non-production pools: how long a node must run a version healthy (the gate)."
+    )
     reason = serializers.CharField(max_length=2000)
 
 
 class CanarySettingsReadSerializer(serializers.Serializer):
     canary_stages = serializers.JSONField()
     analysis_window_s = serializers.IntegerField()
+    soak_s = serializers.IntegerField()
+
+
+class VersionRunSerializer(serializers.ModelSerializer):
+    """One node of a non-production pool running a version: the production gate's evidence."""
+
+    pool = serializers.CharField(source="pool.name")
+    node = serializers.CharField(source="node_name")
+    passes_at = serializers.DateTimeField()
+
+    class Meta:
+        model = VersionRun
+        fields = [
+            "pool",
+            "node",
+            "state",
+            "started_at",
+            "window_s",
+            "healthy_until",
+            "passes_at",
+            "passed_at",
+            "ended_at",
+            "reason",
+        ]
+
+
+class GateSerializer(serializers.Serializer):
+    """Would the production gate let this version into this pool, and why (or what is missing)."""
+
+    pool = serializers.CharField()
+    is_production = serializers.BooleanField()
+    version = VersionRefField()
+    has_run = serializers.BooleanField(help_text="The version ran healthy on a non-production pool for its window.")
+    allowed = serializers.BooleanField(help_text="A publish without override_reason would pass the gate.")
+    summary = serializers.CharField(help_text="The evidence, or what is missing, in one line.")
+    advice = serializers.CharField(allow_blank=True)
+    retry_in_s = serializers.FloatField(allow_null=True)
+    runs = VersionRunSerializer(many=True)
 
 
 class NodeCommandCreateSerializer(StrictSerializer):
@@ -112,6 +154,10 @@ class NodeCommandSerializer(serializers.ModelSerializer):
     # "automatic" for a cleanup the node asked for itself.
     requested_by = serializers.CharField(source="requester")
     figures = serializers.SerializerMethodField(help_text="A cleanup's before/after figures, once reported.")
+    waiting_for = serializers.SerializerMethodField(
+        help_text="What a pending command waits for (the pool's cleanup lease, the node to reconnect or start it); "
+        "empty once it runs or ended."
+    )
 
     class Meta:
         model = NodeCommand
@@ -128,9 +174,13 @@ class NodeCommandSerializer(serializers.ModelSerializer):
             "sent_at",
             "finished_at",
             "figures",
+            "waiting_for",
         ]
 
     def get_figures(self, command) -> dict | None:
         if command.op != NodeCommand.Op.CLEANUP:
             return None
         return cleanup_figures(result=command.result)
+
+    def get_waiting_for(self, command) -> str:
+        return command_waiting_for(command=command, now=timezone.now())
