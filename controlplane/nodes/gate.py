@@ -12,7 +12,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from controlplane.lib.when import clock, duration
-from controlplane.nodes.models import Pool, PoolRelease, VersionRun
+from controlplane.nodes.models import EngineNode, Pool, PoolRelease, VersionRun
 from controlplane.params.models import TemplateVersion
 
 RUNS_SHOWN = 20
@@ -40,7 +40,7 @@ def version_gate(*, version: TemplateVersion, now: datetime | None = None) -> Ga
 
 
 def version_gates(*, versions, now: datetime | None = None) -> dict[int, GateVerdict]:
-    """Verdicts on many versions (the publish form's list) in three queries."""
+    """Verdicts on many versions (the publish form's list) in four queries."""
     now = now or timezone.now()
     ids = [v.pk for v in versions]
     runs: dict[int, list[VersionRun]] = defaultdict(list)
@@ -50,10 +50,16 @@ def version_gates(*, versions, now: datetime | None = None) -> dict[int, GateVer
     for release in PoolRelease.objects.filter(version_id__in=ids, pool__is_production=False).select_related("pool"):
         released.setdefault(release.version_id, release)  # newest first
     node_counts = dict(Pool.objects.filter(is_production=False).annotate(n=Count("nodes")).values_list("name", "n"))
-    return {v.pk: _verdict(runs[v.pk], released.get(v.pk), node_counts, now) for v in versions}
+    running: dict[int, list[str]] = defaultdict(list)
+    nodes = EngineNode.objects.filter(pool__is_production=False, applied_version_id__in=ids).order_by("name")
+    for version_id, name, pool in nodes.values_list("applied_version_id", "name", "pool__name"):
+        running[version_id].append(f"{name} of {pool}")
+    return {v.pk: _verdict(runs[v.pk], released.get(v.pk), node_counts, running[v.pk], now) for v in versions}
 
 
-def _verdict(runs: list[VersionRun], release: PoolRelease | None, node_counts: dict, now: datetime) -> GateVerdict:
+def _verdict(
+    runs: list[VersionRun], release: PoolRelease | None, node_counts: dict, running: list[str], now: datetime
+) -> GateVerdict:
     shown = runs[:RUNS_SHOWN]
     passed = [r for r in runs if r.state == VersionRun.State.PASSED]
     if passed:
@@ -89,6 +95,13 @@ def _verdict(runs: list[VersionRun], release: PoolRelease | None, node_counts: d
             )
             advice = f"it counts once a node of {run.pool.name} runs it healthy for {duration(run.window_s)}"
         return GateVerdict(False, summary, advice, runs=shown)
+    if running:
+        # ACKed, but the watch (every 5 s) has not recorded a run yet: a stopped watch shows here.
+        return GateVerdict(
+            False,
+            f"{', '.join(running)} run{'s' if len(running) == 1 else ''} it, not yet watched",
+            "the gate's watch starts counting at its next pass (every 5 s)",
+        )
     if release is not None:
         pool, nodes = release.pool, node_counts.get(release.pool.name, 0)
         if not nodes:

@@ -59,7 +59,9 @@
     if ("sync_reason" in node) {
       // Why the node does not run the desired version yet (offline, NACKed, canary, warming up, waiting for ACK).
       const reason = row.querySelector('[data-field="sync_reason"]');
-      text(reason, node.sync_reason || "");
+      const full = node.sync_reason || "";
+      text(reason, full.length > 160 ? full.slice(0, 159) + "…" : full);
+      reason.title = full;
       reason.className = "small sync-reason sync-" + (node.sync_code || "");
     }
     if ("backend" in node) {

@@ -285,3 +285,21 @@ def test_the_migration_keeps_nacks_recorded_before_the_gate(world):
     migration = importlib.import_module("controlplane.nodes.migrations.0007_version_runs")
     migration.record_nacks(apps, None)
     assert runs(v1) == [("nacked", "max_model_len too large")]
+
+
+def test_an_ack_the_watch_has_not_looked_at_yet_says_so(sre, world):
+    v1 = world["versions"][0]
+    ack(world["node"], v1)
+    gate = version_gate(version=v1)
+    assert (gate.has_run, gate.summary, gate.advice) == (
+        False,
+        "gpu-1 of staging runs it, not yet watched",
+        "the gate's watch starts counting at its next pass (every 5 s)",
+    )
+    v2 = world["versions"][1]
+    assert version_gate(version=v2).summary == "it was never published to a non-production pool"
+    pool_publish(actor=sre, pool=world["staging"], version=v2, reason="next")
+    assert re.fullmatch(
+        r"published to staging at \d\d:\d\d:\d\d UTC, but no node of it has ACKed it yet",
+        version_gate(version=v2).summary,
+    )
