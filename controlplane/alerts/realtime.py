@@ -20,5 +20,6 @@ def alerts_changed(*, alert_ids=(), incident_ids=(), notify=(), from_evaluator: 
         "alerts": [selectors.alert_summary(a, evaluator=evaluator, now=now) for a in alerts],
         "incidents": [selectors.incident_summary(g) for g in selectors.incidents_by_id(incidents)],
         "notify": list(notify),
+        "evaluator": {"is_running": evaluator.is_running, "text": evaluator.text},
     }
     realtime.send([realtime.alerts_group()], event)

@@ -191,6 +191,14 @@
 
   window.connectLive(script.dataset.wsPath, (event) => {
     if (event.type !== "alerts.changed") return;
+    if (event.evaluator) {
+      // Whether evaluation passes complete: when they do not, that is what every pending alert waits for.
+      const state = document.querySelector("[data-testid=evaluator-state]");
+      if (state) {
+        state.hidden = event.evaluator.is_running;
+        state.textContent = event.evaluator.text;
+      }
+    }
     event.alerts.forEach(upsertPending);
     const byId = {};
     event.incidents.forEach((incident) => {

@@ -1,17 +1,23 @@
 """What the pages say about things that wait, in Chromium with real agents on the simulator: why a node is not on
 its pool's desired version (the fleet view, live), why production refuses a version (staging NACKed it), and what
-a pool's memory cleanup waits for (the lease another node holds)."""
+a pool's memory cleanup waits for (the lease another node holds), and what a pending alert waits for."""
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from controlplane.accounts.models import User
+from controlplane.alerts.evaluation import evaluate_claimed
+from controlplane.alerts.models import EvaluatorLease
+from controlplane.metrics.models import MetricSample
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.rollouts import pool_canary_update
 from controlplane.params.models import ParameterTemplate
 from controlplane.params.services.templates import template_version_create
+from tests.alerts.conftest import blank_sample
 from tests.browser.test_cleanup_flow import slow_request
 from tests.browser.test_dashboard_flow import login, off_thread, publish
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
@@ -80,13 +86,13 @@ def test_the_fleet_says_why_a_node_is_not_on_the_desired_version_and_production_
             "not connected yet: its agent gets chat-default v2 when it first connects"
         )
         # The prod nodes of the demo are not started in tests: nothing is desired of them that they lack.
-        shot(fleet, "30-fleet-why-not-on-desired")
+        shot(fleet, "70-fleet-why-not-on-desired")
 
         operator.goto(f"{server_url}/pools/staging/")
         gate = operator.locator("[data-testid=gate]").inner_text()
         assert "chat-default v2 has not run on a non-production pool yet: NACKed on staging by gpu-r1:" in gate
         assert "gpu-r1 NACKed chat-default v2" in operator.locator("[data-testid=out-of-sync]").inner_text()
-        shot(operator, "31-staging-gate-and-out-of-sync-nodes")
+        shot(operator, "71-staging-gate-and-out-of-sync-nodes")
 
         operator.goto(f"{server_url}/pools/prod-main/")
         option = operator.locator('#publish-form option[value="chat-default:2"]').inner_text()
@@ -100,7 +106,7 @@ def test_the_fleet_says_why_a_node_is_not_on_the_desired_version_and_production_
             r"NACKed on staging by gpu-r1: .*max_model_len.*; publish a version that staging accepts", error
         ), error
         assert Pool.objects.get(name="prod-main").desired_version.number == 1
-        shot(operator, "32-production-gate-staging-nacked")
+        shot(operator, "72-production-gate-staging-nacked")
     finally:
         for agent in agents:
             agent.stop()
@@ -131,7 +137,7 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
         lease = "waiting for the pool's cleanup lease, held by gpu-p1"
         row.locator('[data-field="progress"]', has_text=lease).wait_for()
         assert row.locator('[data-field="state"]').inner_text().lower() == "pending"
-        shot(node_page, "34-node-cleanup-waiting-for-the-lease")
+        shot(node_page, "74-node-cleanup-waiting-for-the-lease")
         waiting = page.locator("[data-testid=pool-cleanups] li", has_text="gpu-p2")
         text = waiting.locator('[data-field="waiting"]').inner_text()
         assert re.fullmatch(
@@ -139,7 +145,7 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
             r"when that cleanup does, by \d\d:\d\d:\d\d UTC at the latest",
             text,
         ), text
-        shot(page, "33-pool-cleanup-waiting-for-the-lease")
+        shot(page, "73-pool-cleanup-waiting-for-the-lease")
 
         # gpu-p1 finishes; the lease passes to gpu-p2, whose row follows live to the end.
         caller.join(timeout=60)
@@ -148,3 +154,43 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
     finally:
         for agent in agents:
             agent.stop()
+
+
+def test_the_on_call_page_says_what_a_pending_alert_waits_for(seeded, server_url, new_page, shot):
+    def pending_p99():
+        node_create(actor=User.objects.get(username="sre"), name="gpu-a1", pool=Pool.objects.get(name="prod-main"))
+        now = timezone.now()
+        EngineNode.objects.filter(name="gpu-a1").update(is_connected=True, connected_at=now, last_seen_at=now)
+        MetricSample.objects.create(
+            scope="node", name="gpu-a1", pool="prod-main", t=now, resolution_s=1, values=blank_sample(latency_p99_s=1.8)
+        )
+        assert evaluate_claimed(now=now).claimed
+
+    page = new_page()
+    login(page, server_url, "oncall")
+    page.goto(f"{server_url}/oncall/")
+    page.locator("#live-state.on").wait_for()
+    off_thread(pending_p99)
+    row = page.locator("#pending tr", has_text="p99-latency")
+    row.wait_for()  # live, from the evaluator's pass
+    assert re.fullmatch(
+        r"condition holding since \d\d:\d\d:\d\d UTC; fires at \d\d:\d\d:\d\d UTC unless it clears first",
+        row.locator('[data-field="waiting"]').inner_text(),
+    )
+    assert page.locator("[data-testid=evaluator-state]").is_hidden()
+    shot(page, "75-oncall-pending-alert-waits-for")
+
+    # Evaluation stops (its last completed pass five minutes ago): the page says that is what everything waits for.
+    EvaluatorLease.objects.filter(pk=1).update(last_succeeded_at=timezone.now() - timedelta(minutes=5))
+    page.reload()
+    banner = page.locator("[data-testid=evaluator-state]")
+    assert banner.is_visible()
+    assert re.fullmatch(
+        r"alert evaluation last completed a pass at \d\d:\d\d:\d\d UTC \(5 min( \d+ s)? ago\): nothing fires until it "
+        r"runs",
+        banner.inner_text(),
+    ), banner.inner_text()
+    assert page.locator("#pending tr", has_text="p99-latency").locator('[data-field="waiting"]').inner_text() == (
+        banner.inner_text()
+    )
+    shot(page, "76-oncall-evaluation-stopped")
