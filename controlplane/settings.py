@@ -180,6 +180,20 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 2.0,
         "options": {"expires": 10},
     },
+    # Every 5 s: the production gate's soak windows are minutes long (Pool.soak_s, 300 s by default) and the alert
+    # history covers what happens between passes; a pass is a few queries and one UPDATE for all healthy runs.
+    "version-runs-watch": {
+        "task": "controlplane.nodes.tasks.version_runs_watch_task",
+        "schedule": 5.0,
+        "options": {"expires": 10},
+    },
+    # Every 5 s: a cleanup lease whose end was never reported (a lost message, a crashed consumer) expires after
+    # cleanup.max_duration_s + 30 s; checking it only when another cleanup event happened left pools waiting forever.
+    "cleanups-dispatch": {
+        "task": "controlplane.nodes.tasks.cleanups_dispatch_due_task",
+        "schedule": 5.0,
+        "options": {"expires": 10},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.

@@ -7,13 +7,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
-from controlplane.lib.errors import Conflict
+from controlplane.lib.errors import Conflict, InvalidField
 from controlplane.lib.openapi import conflict, not_found
 from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
+from controlplane.nodes.gate import version_gate
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services import cleanup, rollouts
 from controlplane.nodes.services import engine_nodes as services
+from controlplane.nodes.waiting import PoolContext
+from controlplane.params.selectors import template_get, template_version_get
 
 _NODES = EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template")
 
@@ -33,7 +36,15 @@ class NodeList(APIView):
         nodes = _NODES.all()
         if "pool" in request.query_params:
             nodes = nodes.filter(pool__name=request.query_params["pool"])
-        return Response({"results": [selectors.node_summary(node=n, now=now) for n in nodes]})
+        contexts: dict[int, PoolContext] = {}
+        return Response(
+            {
+                "results": [
+                    selectors.node_summary(node=n, now=now, context=contexts.setdefault(n.pool_id, PoolContext(n.pool)))
+                    for n in nodes
+                ]
+            }
+        )
 
     @extend_schema(
         request=serializers.NodeCreateSerializer,
@@ -194,10 +205,46 @@ class PoolCanary(APIView):
             pool=pool,
             canary_stages=data.get("canary_stages", pool.canary_stages),
             analysis_window_s=data.get("analysis_window_s", pool.analysis_window_s),
+            soak_s=data.get("soak_s"),
             reason=data["reason"],
         )
         return Response(_canary_settings(pool))
 
 
 def _canary_settings(pool: Pool) -> dict:
-    return {"canary_stages": pool.canary_stages, "analysis_window_s": pool.analysis_window_s}
+    return {"canary_stages": pool.canary_stages, "analysis_window_s": pool.analysis_window_s, "soak_s": pool.soak_s}
+
+
+class PoolGate(APIView):
+    """GET `?template=&version=`: would the production gate let this version into this pool without an override?
+    The evidence (which node of which non-production pool ran it healthy, from when, for how long) or what is
+    missing (NACKed with the node's error, on staging for 1 min of 5, never published to a non-production pool)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("template", str, required=True),
+            OpenApiParameter("version", int, required=True),
+        ],
+        responses=serializers.GateSerializer,
+    )
+    def get(self, request, name):
+        pool = generics.get_object_or_404(Pool, name=name)
+        template_name, number = request.query_params.get("template", ""), request.query_params.get("version", "")
+        if not template_name:
+            raise InvalidField("template", "required")
+        if not number:
+            raise InvalidField("version", "required")
+        version = template_version_get(template=template_get(name=template_name), number=number)
+        verdict = version_gate(version=version)
+        body = {
+            "pool": pool.name,
+            "is_production": pool.is_production,
+            "version": version,
+            "has_run": verdict.has_run,
+            "allowed": verdict.has_run or not pool.is_production,
+            "summary": verdict.summary,
+            "advice": verdict.advice,
+            "retry_in_s": verdict.retry_in_s,
+            "runs": verdict.runs,
+        }
+        return Response(serializers.GateSerializer(body).data)

@@ -1,10 +1,11 @@
 """API shapes of pools and their releases."""
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.lib.serializers import JSONObjectField, ObjectListField, SlugNameField, StrictSerializer
-from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
-from controlplane.nodes.selectors import cleanup_figures
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout, VersionRun
+from controlplane.nodes.selectors import cleanup_figures, command_waiting_for
 from controlplane.params.serializers import FieldChangeSerializer
 
 
@@ -21,7 +22,7 @@ class PoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Pool
-        fields = ["name", "description", "is_production", "desired_version", "created_at"]
+        fields = ["name", "description", "is_production", "desired_version", "soak_s", "created_at"]
 
 
 class PoolCreateSerializer(StrictSerializer):
@@ -93,16 +94,57 @@ class RolloutActionSerializer(StrictSerializer):
 
 
 class CanarySettingsSerializer(StrictSerializer):
-    """Either field may be left out (it keeps its value); the service checks the stages and the window."""
+    """Any field may be left out (it keeps its value); the service checks the stages and the windows."""
 
     canary_stages = ObjectListField(required=False)
     analysis_window_s = serializers.IntegerField(required=False)
+    soak_s = serializers.IntegerField(
+        required=False, help_text="Non-production pools: how long a node must run a version healthy (the gate)."
+    )
     reason = serializers.CharField(max_length=2000)
 
 
 class CanarySettingsReadSerializer(serializers.Serializer):
     canary_stages = ObjectListField()
     analysis_window_s = serializers.IntegerField()
+    soak_s = serializers.IntegerField()
+
+
+class VersionRunSerializer(serializers.ModelSerializer):
+    """One node of a non-production pool running a version: the production gate's evidence."""
+
+    pool = serializers.CharField(source="pool.name")
+    node = serializers.CharField(source="node_name")
+    passes_at = serializers.DateTimeField()
+
+    class Meta:
+        model = VersionRun
+        fields = [
+            "pool",
+            "node",
+            "state",
+            "started_at",
+            "window_s",
+            "healthy_until",
+            "passes_at",
+            "passed_at",
+            "ended_at",
+            "reason",
+        ]
+
+
+class GateSerializer(serializers.Serializer):
+    """Would the production gate let this version into this pool, and why (or what is missing)."""
+
+    pool = serializers.CharField()
+    is_production = serializers.BooleanField()
+    version = VersionRefSerializer()
+    has_run = serializers.BooleanField(help_text="The version ran healthy on a non-production pool for its window.")
+    allowed = serializers.BooleanField(help_text="A publish without override_reason would pass the gate.")
+    summary = serializers.CharField(help_text="The evidence, or what is missing, in one line.")
+    advice = serializers.CharField(allow_blank=True)
+    retry_in_s = serializers.FloatField(allow_null=True)
+    runs = VersionRunSerializer(many=True)
 
 
 class NodeCommandCreateSerializer(StrictSerializer):
@@ -115,6 +157,10 @@ class NodeCommandSerializer(serializers.ModelSerializer):
     # "automatic" for a cleanup the node asked for itself.
     requested_by = serializers.CharField(source="requester")
     figures = serializers.SerializerMethodField(help_text="A cleanup's before/after figures, once reported.")
+    waiting_for = serializers.SerializerMethodField(
+        help_text="What a pending command waits for (the pool's cleanup lease, the node to reconnect or start it); "
+        "empty once it runs or ended."
+    )
 
     class Meta:
         model = NodeCommand
@@ -131,12 +177,16 @@ class NodeCommandSerializer(serializers.ModelSerializer):
             "sent_at",
             "finished_at",
             "figures",
+            "waiting_for",
         ]
 
     def get_figures(self, command) -> dict | None:
         if command.op != NodeCommand.Op.CLEANUP:
             return None
         return cleanup_figures(result=command.result)
+
+    def get_waiting_for(self, command) -> str:
+        return command_waiting_for(command=command, now=timezone.now())
 
 
 class NodeWarmupSerializer(serializers.Serializer):
@@ -160,6 +210,10 @@ class NodeSummarySerializer(serializers.Serializer):
     in_sync = serializers.BooleanField()
     last_nack_error = serializers.CharField()
     nacked_desired = serializers.BooleanField()
+    sync_code = serializers.CharField(
+        help_text="Why the node is not on its desired version (e.g. nacked, canary, warming, offline); empty in sync"
+    )
+    sync_reason = serializers.CharField(help_text="The same in words, for people")
     last_seen_at = serializers.DateTimeField(allow_null=True)
     log_tail = serializers.ListField(child=serializers.CharField())
     has_token = serializers.BooleanField()

@@ -148,6 +148,7 @@ MATRIX: tuple[Call, ...] = (
         {"canary_stages": [{"nodes": 1}, {"percent": 100}], "analysis_window_s": 120, "reason": "one node first"},
         writes=True,
     ),
+    Call("pool-gate", "GET", EVERY_ROLE, 200, {"name": "prod-main"}, {"template": "chat", "version": 2}),
     Call("pool-cleanup", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "fragmentation"}, writes=True),
     Call("node-list", "GET", EVERY_ROLE, 200),
     Call("node-list", "POST", OPERATORS, 201, data={"name": "gpu-2", "pool": "staging"}, writes=True),

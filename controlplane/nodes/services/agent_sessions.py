@@ -5,13 +5,13 @@ change a browser should see is broadcast as `node.updated`.
 """
 
 from django.db import transaction
-from django.db.models import Case, CharField, F, TextField, Value, When
+from django.db.models import Case, CharField, DateTimeField, F, TextField, Value, When
 from django.utils import timezone
 
 from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.selectors import node_desired_version, node_summary
-from controlplane.nodes.services import cleanup, rollouts
+from controlplane.nodes.services import cleanup, rollouts, version_runs
 from controlplane.params.models import TemplateVersion
 
 LOG_TAIL_LINES = 50
@@ -133,15 +133,19 @@ def node_config_result(*, node_id: int, ok: bool, content_hash: str, version: di
         node = _locked(node_id)
         node.last_seen_at = now
         if ok:
+            if content_hash != node.applied_hash:
+                node.applied_at = now
             node.applied_hash = content_hash
             node.applied_version = _version_by_hash(content_hash, version)
-            node.applied_at = now
             if node.last_nack_hash == content_hash:
                 node.last_nack_hash, node.last_nack_error = "", ""
         else:
             node.last_nack_hash = content_hash
             node.last_nack_error = (error or "rejected without a reason")[:4000]
             node.last_nack_at = now
+            version_runs.version_run_nacked(
+                node=node, version=_version_by_hash(content_hash, version), error=node.last_nack_error, now=now
+            )
         node.save()
     _broadcast(node)
     if not ok:
@@ -156,7 +160,10 @@ def nodes_config_acked(*, node_ids: list[int], content_hash: str, version_id: in
     EngineNode.objects.filter(pk__in=node_ids).update(
         applied_hash=content_hash,
         applied_version_id=version_id,
-        applied_at=now,
+        # A repeated ACK of the config the node already runs (a push to the whole pool) keeps its start time.
+        applied_at=Case(
+            When(applied_hash=content_hash, then=F("applied_at")), default=Value(now), output_field=DateTimeField()
+        ),
         last_seen_at=now,
         last_nack_error=Case(clears_nack, default=F("last_nack_error"), output_field=TextField()),
         last_nack_hash=Case(clears_nack, default=F("last_nack_hash"), output_field=CharField()),
