@@ -4,7 +4,7 @@ import json
 
 from django.db.models import QuerySet
 
-from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
+from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.realtime import version_ref
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
@@ -265,3 +265,10 @@ def command_summary(*, command: NodeCommand) -> dict:
         "sent_at": command.sent_at.isoformat() if command.sent_at else None,
         "finished_at": command.finished_at.isoformat() if command.finished_at else None,
     }
+
+
+def pool_client_keys(*, pool: Pool, revoked: int = 5) -> list[ClientKey]:
+    """The pool's live keys, then the `revoked` most recently revoked ones (what the pool page lists)."""
+    keys = ClientKey.objects.filter(pools=pool).select_related("created_by", "revoked_by").prefetch_related("pools")
+    live = list(keys.filter(revoked_at__isnull=True).order_by("name"))
+    return live + list(keys.filter(revoked_at__isnull=False).order_by("-revoked_at")[:revoked])

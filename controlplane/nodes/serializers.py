@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from controlplane.lib.serializers import StrictSerializer
-from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
+from controlplane.nodes.models import ClientKey, NodeCommand, Pool, PoolRelease
 from controlplane.nodes.selectors import cleanup_figures
 from controlplane.params.serializers import FieldChangeSerializer
 
@@ -134,3 +134,41 @@ class NodeCommandSerializer(serializers.ModelSerializer):
         if command.op != NodeCommand.Op.CLEANUP:
             return None
         return cleanup_figures(result=command.result)
+
+
+class ClientKeySerializer(serializers.ModelSerializer):
+    """A gateway client key as anyone may read it: its prefix, never the key or its hash."""
+
+    pools = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    created_by = serializers.CharField(source="created_by.username")
+    revoked_by = serializers.CharField(source="revoked_by.username", allow_null=True, default=None)
+    is_active = serializers.BooleanField()
+
+    class Meta:
+        model = ClientKey
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "key_prefix",
+            "pools",
+            "business_tags",
+            "is_active",
+            "created_by",
+            "created_at",
+            "revoked_by",
+            "revoked_at",
+            "revoke_reason",
+        ]
+
+
+class ClientKeyCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=64)
+    pools = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False)
+    kind = serializers.ChoiceField(choices=ClientKey.Kind.choices, default=ClientKey.Kind.CLIENT)
+    business_tags = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list)
+
+
+class ClientKeyIssuedSerializer(serializers.Serializer):
+    client_key = ClientKeySerializer()
+    key = serializers.CharField(help_text="The key itself: shown this once, never stored.")
