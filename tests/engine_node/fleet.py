@@ -133,7 +133,11 @@ class AgentProcess:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, {"retry_after": exc.headers.get("Retry-After")}
+            try:
+                error = json.loads(exc.read())
+            except ValueError:
+                error = {}
+            return exc.code, {"retry_after": exc.headers.get("Retry-After"), **error}
 
 
 def write_key_file(path: Path, entries: list[dict]) -> Path:
