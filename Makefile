@@ -55,6 +55,7 @@ bench: install-dev
 	$(BIN)/python bench/rollout_fanout.py
 	$(BIN)/python bench/metrics_freshness.py
 	$(BIN)/python bench/alert_evaluation.py
+	$(BIN)/python bench/policy_hostile.py
 	$(BIN)/python bench/gateway.py
 
 clean:
