@@ -5,10 +5,13 @@
    script picks (`--engine-port`), so the direct baseline calls *the same simulator process* the gateway forwards to.
    Non-streaming chat requests, a zh/en shop-message mix from engine_node/policy/data/intents.jsonl:
    - 50 QPS open loop (Poisson arrivals, the same schedule and messages for both targets): p50/p99 end-to-end
-     latency direct and through the gateway, the gateway's added latency and the ratio;
+     latency direct and through the gateway, the gateway's added latency and the ratio, for JSON replies and for
+     SSE streams (read to their end), and the agent process's CPU time per gateway request (from /proc: the
+     gateway's own work, not the simulator's), raw and net of what the agent spends while the direct slices run;
    - saturation, closed loop with C clients (64), and with as many as the gateway lets through to the engine
      (4 x batch.max_size = 32): throughput direct vs through the gateway, and latency.
-   Direct and gateway slices alternate (D G, G D, ...) so drift and noisy neighbours hit both alike.
+   Direct and gateway slices alternate (D G, G D, ...) so drift and noisy neighbours hit both alike. Gateway
+   requests carry a client key (Authorization: Bearer), granted through the policy bundle the agent starts with.
    Like for like: the direct request body is what the gateway forwards (its tier temperature and max_tokens, worked
    out by the same Policy in-process and checked against the gateway's X-Policy-* headers), and replies (8-160
    tokens) stay under the 256-token first-turn cap, so the gateway never adds continuation rounds (counted anyway).
@@ -31,9 +34,12 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import hashlib
 import json
+import math
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -86,6 +92,19 @@ BUNDLE = {
 }
 REQUEST_TIMEOUT_S = 60
 START_TIMEOUT_S = 60
+# The gateway's client key: in the bundle as its sha256 (the `client_keys` section; a gateway from before client keys
+# ignores the section and the header, so the same script measures both). Built here, not imported, for that reason.
+CLIENT_KEY = "cpk_" + secrets.token_urlsafe(32)
+BUNDLE["client_keys"] = [
+    {
+        "name": "bench",
+        "prefix": CLIENT_KEY[:12],
+        "sha256": hashlib.sha256(CLIENT_KEY.encode()).hexdigest(),
+        "kind": "client",
+        "business_tags": [],
+    }
+]
+CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 # --- processes ----------------------------------------------------------------------------------------------------
@@ -258,6 +277,13 @@ def is_ours(pid: int) -> bool:
     return b"engine_node" in cmdline
 
 
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of one process (its threads included, its children not)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields_ = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields_[11]) + int(fields_[12])) * CLOCK_TICK_S
+
+
 def http_json(url: str) -> dict | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -325,8 +351,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def build_requests(policy: Policy, count: int, seed: int) -> list[Request]:
-    """A seeded sample of dataset messages; the direct body gets the gateway's temperature and max_tokens."""
+def build_requests(policy: Policy, count: int, seed: int, *, stream: bool = False) -> list[Request]:
+    """A seeded sample of dataset messages; the direct body gets the gateway's temperature and max_tokens. Streams
+    ask for the usage chunk (counted like JSON replies' usage)."""
     examples = load_examples()
     rng = random.Random(seed)
     picked = rng.sample(examples, min(count, len(examples)))
@@ -336,6 +363,7 @@ def build_requests(policy: Policy, count: int, seed: int) -> list[Request]:
             "model": MODEL,
             "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": example.text}],
             "temperature": 1.0,
+            **({"stream": True, "stream_options": {"include_usage": True}} if stream else {}),
         }
         raw = openai_api.compact_json(client).encode("utf-8")
         chat = openai_api.parse_chat(raw, {})
@@ -358,6 +386,9 @@ class Target:
         self.name = name
         self.url = f"{base_url}/v1/chat/completions"
         self.via_gateway = via_gateway
+        self.headers = {"Content-Type": "application/json"}
+        if via_gateway:
+            self.headers["Authorization"] = f"Bearer {CLIENT_KEY}"
         self.session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
@@ -373,7 +404,7 @@ class Target:
         body = request.gateway_body if self.via_gateway else request.direct_body
         started = time.perf_counter()
         try:
-            async with self.session.post(self.url, data=body, headers={"Content-Type": "application/json"}) as r:
+            async with self.session.post(self.url, data=body, headers=self.headers) as r:
                 raw = await r.read()
                 ended = time.perf_counter()
                 status, headers = r.status, r.headers
@@ -382,7 +413,7 @@ class Target:
             return Sample(ended - started, 599, lag_s=lag_s, ended_at=ended)
         sample = Sample(ended - started, status, lag_s=lag_s, ended_at=ended)
         if status == 200:
-            sample.completion_tokens = json.loads(raw)["usage"]["completion_tokens"]
+            sample.completion_tokens = completion_tokens(raw)
             if self.via_gateway:
                 sample.continuation_rounds = int(headers.get("X-Continuation-Rounds", 0))
                 expected = (f"{request.temperature:g}", str(request.max_tokens))
@@ -390,6 +421,18 @@ class Target:
                     expected
                 )
         return sample
+
+
+def completion_tokens(raw: bytes) -> int:
+    """From a JSON reply, or from the usage chunk of an SSE stream (0 when the client did not ask for it)."""
+    if not raw.startswith(b"data:") and not raw.startswith(b"id:") and not raw.startswith(b"event:"):
+        return json.loads(raw)["usage"]["completion_tokens"]
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: {") and b'"usage"' in line:
+            usage = json.loads(line[6:]).get("usage")
+            if usage:
+                return usage["completion_tokens"]
+    return 0
 
 
 async def open_loop(target: Target, requests: list[Request], qps: float, duration_s: float, seed: int) -> list[Sample]:
@@ -467,10 +510,23 @@ class Level:
     direct: Side = field(default_factory=Side)
     gateway: Side = field(default_factory=Side)
     counters: Counter = field(default_factory=Counter)
+    # The agent process's CPU seconds and wall seconds over the gateway slices and over the direct ones.
+    cpu: Counter = field(default_factory=Counter)
+
+    def cpu_ms_per_request(self) -> tuple[float, float, float]:
+        """(raw, net of the agent's CPU rate during the direct slices, that idle rate in ms per second)."""
+        n = len(self.gateway.samples)
+        if not n or not self.cpu["gateway_wall_s"]:
+            return math.nan, math.nan, math.nan
+        idle_rate = self.cpu["direct_cpu_s"] / self.cpu["direct_wall_s"] if self.cpu["direct_wall_s"] else 0.0
+        raw = 1000 * self.cpu["gateway_cpu_s"] / n
+        net = 1000 * (self.cpu["gateway_cpu_s"] - idle_rate * self.cpu["gateway_wall_s"]) / n
+        return raw, net, 1000 * idle_rate
 
 
 async def run_level(agent: AgentUnderTest, requests, *, kind: str, load: float, args, seed: int) -> Level:
-    """`kind` "open": Poisson arrivals at `load` QPS; "closed": `load` clients back to back."""
+    """`kind` "open" (JSON) or "open-sse" (streams): Poisson arrivals at `load` QPS; "closed": `load` clients back
+    to back."""
     direct = Target("direct", agent.engine_url, via_gateway=False)
     gateway = Target("gateway", agent.gateway_url, via_gateway=True)
     level = Level()
@@ -486,7 +542,9 @@ async def run_level(agent: AgentUnderTest, requests, *, kind: str, load: float, 
             for target in order:
                 side = level.direct if target is direct else level.gateway
                 before = await scrape(gateway.session, agent.gateway_url) if target is gateway else None
-                if kind == "open":
+                name = "gateway" if target is gateway else "direct"
+                cpu_before, wall_before = process_cpu_s(agent.process.pid), time.perf_counter()
+                if kind.startswith("open"):
                     side.samples += await open_loop(target, requests, load, slice_s, seed + round_)
                 else:
                     samples, counted, window = await closed_loop(
@@ -495,6 +553,8 @@ async def run_level(agent: AgentUnderTest, requests, *, kind: str, load: float, 
                     side.samples += samples
                     side.completed_in_window += counted
                     side.window_s += window
+                level.cpu[f"{name}_cpu_s"] += process_cpu_s(agent.process.pid) - cpu_before
+                level.cpu[f"{name}_wall_s"] += time.perf_counter() - wall_before
                 if before is not None:
                     after = await scrape(gateway.session, agent.gateway_url)
                     if before and after:
@@ -529,7 +589,7 @@ def run_http(args, work: Path) -> tuple[dict, dict]:
             batch=batch, seed=args.seed,
         )  # fmt: skip
         cap = caps[label] = IN_FLIGHT_PER_MAX_BATCH * agent.content["batch"]["max_size"]
-        levels = [("open", args.qps)]
+        levels = [("open", args.qps)] + ([("open-sse", args.qps)] if index == 0 else [])
         if index == 0:
             # At saturation with more clients than the gateway lets through, and with exactly as many.
             levels += [("closed", args.concurrency)] + ([("closed", cap)] if cap < args.concurrency else [])
@@ -543,13 +603,23 @@ def run_http(args, work: Path) -> tuple[dict, dict]:
             )
             policy = Policy(agent.content, agent.bundle, IntentClassifier.load())
             requests = build_requests(policy, 2000, args.seed)
+            streams = build_requests(policy, 2000, args.seed, stream=True)
             for kind, load in levels:
-                what = f"{load:g} QPS open loop" if kind == "open" else f"saturation, {load:g} clients"
+                what = {"open": f"{load:g} QPS open loop", "open-sse": f"{load:g} QPS open loop, SSE"}.get(
+                    kind, f"saturation, {load:g} clients"
+                )
                 slices = f"{args.rounds} x {args.duration / args.rounds:.1f}s per target"
                 print(f"  [{label}] {what}: {slices}", end="", flush=True)
                 began = time.perf_counter()
                 results[(label, kind, load)] = asyncio.run(
-                    run_level(agent, requests, kind=kind, load=load, args=args, seed=args.seed)
+                    run_level(
+                        agent,
+                        streams if kind == "open-sse" else requests,
+                        kind=kind,
+                        load=load,
+                        args=args,
+                        seed=args.seed,
+                    )
                 )
                 print(f" ({time.perf_counter() - began:.0f}s)", flush=True)
         finally:
@@ -662,14 +732,22 @@ def report(http: tuple[dict, dict] | None, policy: dict | None, accuracy: dict |
 def print_http(http: tuple[dict, dict], args) -> None:
     levels, caps = http
     print()
-    print("HTTP, non-streaming chat completions; direct = the agent's own simulator child on its engine port (the")
-    print(f"process the gateway forwards to); {args.rounds} alternating slices per target and load level")
+    print("HTTP chat completions (JSON, and SSE where marked); direct = the agent's own simulator child on its engine")
+    print(f"port (the process the gateway forwards to); {args.rounds} alternating slices per target and load level")
     print(f"{'':44} {'direct':>10} {'gateway':>10} {'added':>10} {'ratio':>7}")
     notes = []
     for (label, kind, load), level in levels.items():
         d, g = level.direct, level.gateway
-        if kind == "open":
-            latency_rows(f"{load:g} QPS, {label}:", d, g)
+        if kind.startswith("open"):
+            head = f"{load:g} QPS{', SSE' if kind == 'open-sse' else ''}, {label}:"
+            latency_rows(head, d, g)
+            raw, net, idle = level.cpu_ms_per_request()
+            print(f"{head + ' agent CPU per gateway request':<66} {raw:>7.2f} ms (net of idle {net:.2f} ms)")
+            notes.append(
+                f"{head} agent CPU {1000 * level.cpu['gateway_cpu_s'] / level.cpu['gateway_wall_s']:.0f} ms/s over "
+                f"the gateway slices ({len(g.samples)} requests), {idle:.0f} ms/s over the direct ones (sampling, "
+                f"engine scrapes); net = raw minus the latter rate"
+            )
             c = level.counters
             waits = c["engine_node_admission_queue_wait_seconds_count"]
             batches = c["engine_node_admission_batch_size_count"]
@@ -685,7 +763,7 @@ def print_http(http: tuple[dict, dict], args) -> None:
                     f"(the gateway's own histograms)"
                 )
             notes.append(
-                f"{load:g} QPS, {label}: {len(g.ok)}/{len(g.samples)} gateway and {len(d.ok)}/{len(d.samples)} "
+                f"{head} {len(g.ok)}/{len(g.samples)} gateway and {len(d.ok)}/{len(d.samples)} "
                 f"direct answered 200; {inside}; load generator late by p99 "
                 f"{1000 * percentile([s.lag_s for s in d.samples + g.samples], 0.99):.1f} ms"
             )

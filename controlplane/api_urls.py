@@ -9,6 +9,7 @@ from controlplane.audit import api as audit
 from controlplane.datasets import api as datasets
 from controlplane.metrics import api as metrics
 from controlplane.nodes import api as nodes
+from controlplane.nodes import client_key_api as client_keys
 from controlplane.nodes import node_api as engine_nodes
 from controlplane.operations import api as operations
 from controlplane.params import api as params
@@ -53,6 +54,8 @@ urlpatterns = [
     path("pools/<slug:name>/canary/", engine_nodes.PoolCanary.as_view(), name="pool-canary"),
     path("pools/<slug:name>/gate/", engine_nodes.PoolGate.as_view(), name="pool-gate"),
     path("pools/<slug:name>/cleanup/", engine_nodes.PoolCleanup.as_view(), name="pool-cleanup"),
+    path("client-keys/", client_keys.ClientKeyList.as_view(), name="client-key-list"),
+    path("client-keys/<int:pk>/revoke/", client_keys.ClientKeyRevoke.as_view(), name="client-key-revoke"),
     path("nodes/", engine_nodes.NodeList.as_view(), name="node-list"),
     path("nodes/<slug:name>/", engine_nodes.NodeDetail.as_view(), name="node-detail"),
     path("nodes/<slug:name>/token/", engine_nodes.NodeTokenRotate.as_view(), name="node-token-rotate"),

@@ -240,6 +240,7 @@ SPECTACULAR_SETTINGS = {
         "AlertStateEnum": "controlplane.alerts.models.Alert.State",
         "IncidentStateEnum": "controlplane.alerts.models.AlertGroup.State",
         "IntentModelStatusEnum": "controlplane.datasets.models.IntentModel.Status",
+        "ClientKeyKindEnum": "controlplane.nodes.models.ClientKey.Kind",
     },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",

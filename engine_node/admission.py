@@ -5,7 +5,8 @@ tokens, the seed's separate queue for very long contexts). A dispatcher releases
 batches sized by the seed's algorithm (section 3, get_batch_size) generalised to the template's `batch.*`
 section, and bounds the requests in flight toward the engine. Nothing waits without bound: a full queue is
 refused at once (QueueFull, 429) and a request that waits longer than the queue timeout gets QueueTimeout
-(or GateClosed while a drain holds the gate shut), both 503 with Retry-After.
+(or GateClosed while a drain holds the gate shut), both 503 with Retry-After. While the agent warms the node up
+the closed gate refuses at once instead (`refuse_while_closed`, Warming: 503 "warming up" with a short Retry-After).
 """
 
 import asyncio
@@ -22,6 +23,7 @@ from engine_node.batching import (  # noqa: F401 - the refusals and batch figure
     GateClosed,
     QueueFull,
     QueueTimeout,
+    Warming,
     target_batch_size,
 )
 
@@ -146,7 +148,9 @@ class Admission:
         self._created_at = clock()
         self._held_since: float | None = None
         self._held_spans: collections.deque[tuple[float, float]] = collections.deque()
-        self._rejections = {cls.reason: 0 for cls in (QueueFull, QueueTimeout, GateClosed)}
+        self._rejections = {cls.reason: 0 for cls in (QueueFull, QueueTimeout, GateClosed, Warming)}
+        # While set (and the gate is shut), the refusal requests get at once instead of waiting in the queue.
+        self._closed_refusal = None
         self.recent_batches: collections.deque[tuple[str, int]] = collections.deque(maxlen=64)
         # Called with (queue name, size) for every batch released; the agent's telemetry keeps the window's sizes.
         self.on_batch = None
@@ -181,6 +185,20 @@ class Admission:
             return True, time.monotonic() - started
         except TimeoutError:
             return False, time.monotonic() - started
+
+    def refuse_while_closed(self, refusal) -> None:
+        """`refusal()` (an AdmissionRejected) answers every request at once while the gate is shut, those already
+        waiting included; None goes back to queueing them. The agent sets it for the length of a warmup."""
+        self._closed_refusal = refusal
+        if refusal is None or self._open.is_set():
+            return
+        for queue in (self._short, self._long):
+            while queue.waiters:
+                ticket = queue.waiters[0]
+                self._unqueue(ticket)
+                if not ticket.future.done():
+                    ticket.future.set_result(self._count_rejection(queue, refusal()))
+        self._update_held()
 
     def resume(self) -> None:
         self._open.set()
@@ -261,6 +279,8 @@ class Admission:
     async def _enter(self, ticket: _Ticket) -> None:
         params = self._params
         queue = ticket.queue
+        if self._closed_refusal is not None and not self._open.is_set():
+            raise self._count_rejection(queue, self._closed_refusal())
         limit = params.long_context_max_queue if queue is self._long else params.max_queue
         if len(queue.waiters) >= limit:
             raise self._count_rejection(queue, QueueFull(queue.name))

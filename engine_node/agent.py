@@ -7,7 +7,9 @@ last good one; so is one whose warmup fails (engine_node/warmup.py): the node re
 before, warms that one up and serves.
 
 The gate opens to user traffic only after a warmup: on start (status "warming" until the pool's warmup dataset
-has been replayed, or skipped when the pool has none), after every cold restart and on an operator's command.
+has been replayed, or skipped when the pool has none), after every cold restart and on an operator's command. While
+warming, requests get 503 "warming up" at once with a short Retry-After; while a cold restart drains and restarts
+the engine they wait in the queue (bounded by the queue timeout), as a hot change never makes them wait at all.
 """
 
 import asyncio
@@ -23,6 +25,7 @@ from engine_node.admission import Admission
 from engine_node.agent_documents import PushedDocuments
 from engine_node.agent_operations import NodeOperations
 from engine_node.cleanup import MemoryCleanup
+from engine_node.client_keys import load_key_file
 from engine_node.config import ConfigRejected, NodeConfig, engine_args
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
@@ -59,6 +62,8 @@ class Agent(PushedDocuments, NodeOperations):
         self.config: NodeConfig | None = None
         self.bundle: dict | None = None
         self.classifier: IntentClassifier | None = None
+        # The operator's stand-alone keys (--client-keys-file), accepted besides the pool's (docs/gateway-access.md).
+        self.file_keys = load_key_file(settings.client_keys_file) if settings.client_keys_file else []
         self.engine = EngineProcess(settings, on_state=self._engine_state)
         self.admission = Admission(settings.queue_timeout_s)
         self.requests = RequestLog(window_s=WINDOW_S)
@@ -124,11 +129,13 @@ class Agent(PushedDocuments, NodeOperations):
         if self.config is not None:
             log.info("starting on the last good config %s", self.config.label)
         self.bundle = self.policy_store.load_bundle()
+        self._rebuild_keys()
         self.classifier = self.policy_store.load_model() or IntentClassifier.load()
         self._rebuild_policy()
         await self.engine.start(self._engine_args(self.config))
-        # Shut until the start-up warmup has passed (or was skipped): requests wait in the queue meanwhile.
+        # Shut until the start-up warmup has passed (or was skipped); requests meanwhile get a quick 503.
         await self.admission.drain(0)
+        self.admission.refuse_while_closed(self._warming_refusal)
         self._set_status("warming")
         self._runner = web.AppRunner(self.gateway.app(), access_log=None)
         await self._runner.setup()

@@ -1,4 +1,5 @@
-"""The documents the control plane pushes besides configs: the policy bundle, the intent model, the warmup dataset.
+"""The documents the control plane pushes besides configs: the policy bundle (with the pool's client keys), the
+intent model, the warmup dataset.
 
 Each is verified (hash or sha256) before it replaces the one in use and is kept on disk, so a restarted node
 serves with what it had. A mixin of the Agent: it reads and sets the agent's stores and rebuilds its policy.
@@ -6,6 +7,7 @@ serves with what it had. A mixin of the Agent: it reads and sets the agent's sto
 
 import logging
 
+from engine_node.client_keys import KeyTable, parse_entries
 from engine_node.config import content_hash
 from engine_node.policy.intent import IntentClassifier, IntentModelError
 from engine_node.warmup import messages_sha256
@@ -28,8 +30,15 @@ class PushedDocuments:
             return
         self.bundle = {"hash": message["hash"], "content": content}
         self.policy_store.save_bundle(self.bundle)
+        self._rebuild_keys()
         self._rebuild_policy()
         log.info("policy bundle %s applied", message["hash"][:12])
+
+    def _rebuild_keys(self) -> None:
+        """The gateway's key table: the bundle's `client_keys` (the pool's, revocable from the dashboard) and the
+        operator's key file. A node with neither answers every /v1 request 401."""
+        pushed = parse_entries((self.bundle or {}).get("content", {}).get("client_keys"), "bundle")
+        self.gateway.set_client_keys(KeyTable([*pushed, *self.file_keys]))
 
     async def apply_intent_model(self, message: dict) -> None:
         """A published intent model (or None: back to the built-in one), refused unless its sha256 verifies."""

@@ -6,8 +6,10 @@ the engine, the admission gate and the link these use.
 import asyncio
 import json
 import logging
+import math
 
 from engine_node import metrics
+from engine_node.batching import Warming
 from engine_node.cleanup import CHECK_PERIOD_S, cleanup_params
 from engine_node.config import NodeConfig
 from engine_node.engine import EngineStartFailed
@@ -18,6 +20,9 @@ log = logging.getLogger("engine_node.agent")
 # On its first start a node has no warmup dataset on disk: it waits this long for the control plane's answer to
 # its hello (which always says which dataset the pool has, if any) before serving unwarmed.
 WARMUP_SYNC_WAIT_S = 15.0
+# A warming node's Retry-After is the expected rest of its warmup, at most this: short enough that a client comes
+# back soon after the node opens, long enough not to hammer it meanwhile.
+WARMING_RETRY_MAX_S = 5
 
 
 class NodeOperations:
@@ -147,6 +152,7 @@ class NodeOperations:
             except Exception:
                 log.exception("the start-up warmup failed unexpectedly; serving")
             finally:
+                self.admission.refuse_while_closed(None)
                 self._reopen()
 
     def _warmup_params(self) -> dict:
@@ -172,17 +178,39 @@ class NodeOperations:
                         f"concurrency {document['concurrency']}, p99 {document['p99']} s",
                     )
 
-            result = await self.warmup.run(
-                messages=self.warmup_dataset["messages"],
-                params=params,
-                policy=self.gateway.policy,
-                max_num_seqs=(self.config.content if self.config else {}).get("engine", {}).get("max_num_seqs"),
-                trigger=trigger,
-                on_progress=report,
-            )
+            # Requests are refused at once meanwhile (those queued during a cold restart too): a client can retry
+            # another node now rather than wait out a warmup of unknown length.
+            self.admission.refuse_while_closed(self._warming_refusal)
+            try:
+                result = await self.warmup.run(
+                    messages=self.warmup_dataset["messages"],
+                    params=params,
+                    policy=self.gateway.policy,
+                    max_num_seqs=(self.config.content if self.config else {}).get("engine", {}).get("max_num_seqs"),
+                    trigger=trigger,
+                    on_progress=report,
+                )
+            finally:
+                self.admission.refuse_while_closed(None)
         metrics.WARMUPS.labels(trigger=trigger, result=result["state"]).inc()
         await self._send({"type": "warmup_progress", **result})
         return result
+
+    def _warming_refusal(self) -> Warming:
+        """The 503 a request gets while the node warms up; Retry-After is the expected rest of the warmup, 1-5 s."""
+        progress = self.warmup.progress
+        done, total = progress.get("done") or 0, progress.get("total") or 0
+        if progress.get("state") == "running" and 0 < done < total:
+            remaining = progress.get("elapsed_s", 0.0) / done * (total - done)
+            what = f"{done}/{total} warmup requests done"
+        else:
+            remaining, what = WARMING_RETRY_MAX_S, "starting"
+        retry_after = max(1, min(WARMING_RETRY_MAX_S, math.ceil(remaining)))
+        return Warming(
+            f"{self.settings.node_name} is warming up ({what}) and takes no requests until it passes; "
+            f"retry after {retry_after}s",
+            retry_after,
+        )
 
     async def _roll_back(self, previous: NodeConfig | None, *, failed: NodeConfig, reason: str) -> None:
         """After `failed`'s warmup failed: restart on the config the node ran before, warm it up and serve."""

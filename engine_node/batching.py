@@ -1,5 +1,6 @@
 """What the gateway's batcher works with: the template's `batch.*` section, the seed's batch size, and the
-refusals a request can get (429 for a full queue, 503 for a closed gate or a wait past the queue timeout)."""
+refusals a request can get (429 for a full queue, 503 for a warming node, a closed gate or a wait past the queue
+timeout)."""
 
 from dataclasses import dataclass
 
@@ -36,6 +37,16 @@ class GateClosed(AdmissionRejected):
 
     def __init__(self, retry_after_s: int):
         super().__init__(f"engine unavailable; retry after {retry_after_s}s", retry_after_s)
+
+
+class Warming(GateClosed):
+    """The node is warming up (engine_node/warmup.py): refused at once rather than after the queue timeout, with a
+    Retry-After of the warmup's expected remaining time, bounded to a few seconds."""
+
+    reason = "warming"
+
+    def __init__(self, message: str, retry_after_s: int):
+        AdmissionRejected.__init__(self, message, retry_after_s)
 
 
 class QueueTimeout(GateClosed):

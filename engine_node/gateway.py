@@ -1,8 +1,9 @@
 """The node's public HTTP endpoint: OpenAI-compatible /v1 with the request policy, /metrics and /healthz.
 
 `POST /v1/chat/completions` is read, validated, classified, given its tier's temperature and its max_tokens,
-admitted through the batcher and forwarded; replies cut mid-sentence by the cap are continued. Every other /v1 route
-(`/v1/models`, `/v1/completions`, ...) is proxied through admission unchanged. The engine listens on 127.0.0.1 only.
+admitted through the batcher and forwarded; replies cut mid-sentence by the cap are continued. `POST /v1/completions`
+goes through admission to the engine's own route, `GET /v1/models` straight to it; nothing else reaches the engine,
+which listens on 127.0.0.1 only. Every request passes the path and client-key checks of gateway_access.py first.
 """
 
 import asyncio
@@ -13,7 +14,9 @@ import aiohttp
 from aiohttp import ClientConnectionResetError, web
 
 from engine_node import completion, metrics, openai_api
-from engine_node.admission import Admission, AdmissionRejected, QueueFull
+from engine_node.admission import Admission, AdmissionRejected
+from engine_node.client_keys import KeyGrant, KeyTable
+from engine_node.gateway_access import GatewayAccess
 from engine_node.openai_api import BadRequest, ChatRequest
 from engine_node.policy.explain import ExplainInvalid, estimate_tokens, explain
 from engine_node.policy.rules import Decision, Policy
@@ -28,11 +31,16 @@ from engine_node.sessions import (
     resume_position,
 )
 from engine_node.telemetry import RequestLog
+from engine_node.upstream import (
+    MAX_BODY_BYTES,
+    engine_unreachable,
+    forward,
+    read_body,
+    refused,
+    upstream_refused,
+)
 
 log = logging.getLogger("engine_node.gateway")
-
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
-MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class Gateway:
@@ -56,19 +64,27 @@ class Gateway:
         self.node_name = node_name
         self.policy = Policy(None)
         self.policy_label = "defaults"
+        self.access = GatewayAccess()
         self._session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
+        """The routes of gateway_access.ROUTES, and a catch-all that answers 404/405 in the OpenAI error shape."""
         # aiohttp's own limit is set above ours so an oversized body reaches read_body() and gets vLLM's error shape.
-        app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+        app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[self.access.middleware])
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/policy/explain", self.explain)
         app.router.add_get("/v1/sessions/{session_id}/stream", self.resume)
-        app.router.add_route("*", "/v1/{tail:.*}", self.proxy)
-        app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_route("*", "/{tail:.*}", self.access.unknown)
         app.on_cleanup.append(self._close)
         return app
+
+    def set_client_keys(self, keys: KeyTable) -> None:
+        """Swap the accepted keys in one assignment (a revocation applies to the next request)."""
+        self.access.keys = keys
 
     @property
     def params(self) -> dict:
@@ -88,10 +104,17 @@ class Gateway:
         except BadRequest as exc:
             metrics.REQUESTS.labels(outcome="bad_request").inc()
             return exc.response()
+        grant: KeyGrant = request["client_key"]
+        ignored = chat.business_tag if chat.business_tag and chat.business_tag not in grant.business_tags else None
+        if ignored is not None:
+            chat.business_tag = None  # served as if untagged: a tag outside the key's grant lifts no limit
+            metrics.BUSINESS_TAGS_IGNORED.labels(key=grant.name).inc()
         decision = self.decide(chat)
         body = apply_decision(chat.body, decision)
         headers = decision_headers(decision)
         headers["X-Engine-Node"] = self.node_name
+        if ignored is not None:
+            headers["X-Business-Tag-Ignored"] = ignored
         ticket = self.admission.admitted(prompt_tokens=chat.prompt_tokens, batch=self.policy.params["batch"])
         try:
             await ticket.__aenter__()
@@ -144,7 +167,8 @@ class Gateway:
             await ticket.__aexit__(None, None, None)
             self.record(started, "error", decision)
             return engine_unreachable(exc)
-        relay = await self.sessions.start(seed=body["seed"], meta=request_summary(body, path=request.path))
+        meta = {**request_summary(body, path=request.path), "owner": request["client_key"].owner}
+        relay = await self.sessions.start(seed=body["seed"], meta=meta)
 
         async def produce():
             outcome = "error"
@@ -172,7 +196,7 @@ class Gateway:
         session_id = request.match_info["session_id"]
         try:
             after = resume_position(request.query.get("after"), request.headers.get("Last-Event-ID"))
-            stream = await self.sessions.resume(session_id, after)
+            stream = await self.sessions.resume(session_id, after, owner=request["client_key"].owner)
         except SessionUnknown:
             return openai_api.error_response(404, f"session {session_id!r} is unknown on this node", "NotFoundError")
         except (SeqOutOfRange, ValueError) as exc:
@@ -232,18 +256,23 @@ class Gateway:
     async def explain(self, request: web.Request) -> web.Response:
         """What the policy would do with a message, and which rule decided each value."""
         try:
-            decision = explain(self.policy, openai_api.parse_json(await read_body(request)))
+            body = openai_api.parse_json(await read_body(request))
+            ignored = _ungranted_tag(body, request["client_key"])
+            decision = explain(self.policy, {**body, "business_tag": None} if ignored else body)
         except BadRequest as exc:
             return exc.response()
         except ExplainInvalid as exc:
             return BadRequest(f"{exc.field}: {exc.message}.", exc.field).response()
+        if ignored:
+            decision["decision"]["notes"].append(f"business tag {ignored!r} is not granted to this key: ignored")
         return web.json_response(
             {"node": self.node_name, "template": self.policy_label, **decision}, dumps=openai_api.compact_json
         )
 
-    # --- everything else under /v1 ----------------------------------------------------------------------------
+    # --- the engine's own routes -----------------------------------------------------------------------------
 
-    async def proxy(self, request: web.Request) -> web.StreamResponse:
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """`POST /v1/completions`: admitted like a chat request, then the engine's route unchanged."""
         try:
             body = await read_body(request)
         except BadRequest as exc:
@@ -251,29 +280,14 @@ class Gateway:
         try:
             prompt_tokens = estimate_tokens(body.decode("utf-8", "replace"))
             async with self.admission.admitted(prompt_tokens=prompt_tokens, batch=self.policy.params["batch"]):
-                return await self._forward(request, body)
+                url = f"{self._engine_url()}/v1/completions"
+                return await forward(self._http(), request, url, body, self.node_name)
         except AdmissionRejected as exc:
             return refused(exc)
 
-    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
-        url = f"{self._engine_url()}{request.rel_url}"
-        try:
-            upstream = await self._http().request(request.method, url, data=body, headers=headers)
-        except aiohttp.ClientError as exc:
-            return engine_unreachable(exc)
-        async with upstream:
-            response = web.StreamResponse(status=upstream.status)
-            for key, value in upstream.headers.items():
-                if key.lower() not in _HOP_BY_HOP:
-                    response.headers[key] = value
-            response.headers["X-Engine-Node"] = self.node_name
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-        metrics.REQUESTS.labels(outcome="ok" if upstream.status < 400 else f"http_{upstream.status}").inc()
-        return response
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        """`GET /v1/models`: what clients send as `model`; no generation, so no admission."""
+        return await forward(self._http(), request, f"{self._engine_url()}/v1/models", None, self.node_name)
 
     async def metrics(self, request: web.Request) -> web.Response:
         """The agent's own metrics followed by the engine's (vllm:* names), in one exposition."""
@@ -302,19 +316,6 @@ class Gateway:
         await self.sessions.close()
         if self._session is not None:
             await self._session.close()
-
-
-async def read_body(request: web.Request) -> bytes:
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        size = request.content_length
-        raise BadRequest(f"The request body is {size} bytes; the limit is {MAX_BODY_BYTES}.", None, 413)
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise BadRequest(f"The request body exceeds {MAX_BODY_BYTES} bytes.", status=413) from None
-    if len(body) > MAX_BODY_BYTES:
-        raise BadRequest(f"The request body exceeds {MAX_BODY_BYTES} bytes.", status=413)
-    return body
 
 
 def apply_decision(body: dict, decision: Decision) -> dict:
@@ -379,26 +380,7 @@ async def _prepend(first: dict | None, rest):
         await rest.aclose()
 
 
-def upstream_refused(exc: completion.UpstreamError, headers: dict) -> web.Response:
-    """The engine's own error (e.g. a prompt over max_model_len), relayed unchanged."""
-    metrics.REQUESTS.labels(outcome=f"http_{exc.status}").inc()
-    return web.Response(body=exc.body, status=exc.status, content_type=exc.content_type, headers=headers)
-
-
-def refused(exc: Exception) -> web.Response:
-    """429 for a full queue, 503 for a closed gate or a queue wait past its limit; both say when to retry."""
-    status = 429 if isinstance(exc, QueueFull) else 503
-    metrics.REQUESTS.labels(outcome="rejected" if status == 429 else "unavailable").inc()
-    return openai_api.error_response(
-        status,
-        str(exc),
-        "TooManyRequests" if status == 429 else "ServiceUnavailable",
-        headers={"Retry-After": str(getattr(exc, "retry_after_s", 1))},
-    )
-
-
-def engine_unreachable(exc: Exception) -> web.Response:
-    metrics.REQUESTS.labels(outcome="engine_error").inc()
-    return openai_api.error_response(
-        503, f"engine unreachable: {exc}", "ServiceUnavailable", headers={"Retry-After": "1"}
-    )
+def _ungranted_tag(body: object, grant: KeyGrant) -> str | None:
+    """The explain body's business tag when the key may not send it (explained as untagged, with a note)."""
+    tag = body.get("business_tag") if isinstance(body, dict) else None
+    return tag if isinstance(tag, str) and tag and tag not in grant.business_tags else None

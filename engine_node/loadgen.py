@@ -1,12 +1,13 @@
 """Synthetic chat traffic for demos and load tests: customer-service messages at a steady rate.
 
-`python -m engine_node.loadgen --qps 4 http://127.0.0.1:9101 http://127.0.0.1:9102`
+`LOADGEN_API_KEY=cpk_... python -m engine_node.loadgen --qps 4 http://127.0.0.1:9101 http://127.0.0.1:9102`
 """
 
 import argparse
 import asyncio
 import itertools
 import logging
+import os
 import random
 
 import aiohttp
@@ -29,11 +30,12 @@ MESSAGES = [
 ]
 
 
-async def run(urls: list[str], qps: float, model: str, duration_s: float | None) -> None:
+async def run(urls: list[str], qps: float, model: str, duration_s: float | None, api_key: str = "") -> None:
     rng = random.Random(7)
     targets = itertools.cycle(urls)
     stats = {"ok": 0, "failed": 0}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60), headers=headers) as session:
 
         async def one(url: str) -> None:
             body = {
@@ -70,9 +72,14 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=4.0, help="mean requests per second over all nodes (Poisson)")
     parser.add_argument("--model", default="simulated-chat-model", help="model name to send")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("LOADGEN_API_KEY", ""),
+        help="gateway client key sent as Authorization: Bearer [LOADGEN_API_KEY]",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s loadgen %(message)s")
-    asyncio.run(run(args.urls, args.qps, args.model, args.duration))
+    asyncio.run(run(args.urls, args.qps, args.model, args.duration, args.api_key))
 
 
 if __name__ == "__main__":

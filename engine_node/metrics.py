@@ -6,6 +6,13 @@ REGISTRY = CollectorRegistry()
 REQUESTS = Counter(
     "engine_node_gateway_requests", "Requests answered by the gateway, by outcome", ["outcome"], registry=REGISTRY
 )
+# Labelled by the key's name (a slug its issuer chose; as many series as keys), never by the client's tag.
+BUSINESS_TAGS_IGNORED = Counter(
+    "engine_node_gateway_business_tags_ignored",
+    "Chat requests whose business tag the client's key is not granted: served as if untagged",
+    ["key"],
+    registry=REGISTRY,
+)
 CONFIG_APPLIES = Counter(
     "engine_node_config_applies", "Configs applied (ack) or rejected (nack)", ["result", "kind"], registry=REGISTRY
 )
@@ -58,7 +65,7 @@ BATCH_IDLE_RATIO = Gauge(
 )
 ADMISSION_REJECTIONS = Counter(
     "engine_node_admission_rejections",
-    "Requests refused by admission: queue_full (429), queue_timeout or gate_closed (503)",
+    "Requests refused by admission: queue_full (429), queue_timeout, gate_closed or warming (503)",
     ["queue", "reason"],
     registry=REGISTRY,
 )

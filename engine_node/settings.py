@@ -6,6 +6,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine_node.client_keys import KeyEntryInvalid, load_key_file
+
 
 @dataclass(frozen=True)
 class AgentSettings:
@@ -32,6 +34,7 @@ class AgentSettings:
     session_redis_url: str = ""
     session_grace_s: float = 5.0
     session_ttl_s: float = 120.0
+    client_keys_file: Path | None = None
 
 
 def _env(name: str, default: str = "") -> str:
@@ -165,6 +168,13 @@ def parser() -> argparse.ArgumentParser:
         default=float(_env("ENGINE_NODE_SESSION_TTL_S", "120")),
         help="seconds a finished or interrupted stream stays replayable [ENGINE_NODE_SESSION_TTL_S]",
     )
+    p.add_argument(
+        "--client-keys-file",
+        default=_env("ENGINE_NODE_CLIENT_KEYS_FILE"),
+        help="JSON file of client (and scrape) keys, as sha256 hashes, accepted besides the pool's keys from the "
+        "control plane; what a stand-alone node serves with. Make one with `python -m engine_node.client_keys new`. "
+        "Without either, every /v1 request gets 401 [ENGINE_NODE_CLIENT_KEYS_FILE]",
+    )
     return p
 
 
@@ -172,6 +182,11 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
     args = parser().parse_args(argv)
     if args.backend == "vllm" and not args.model:
         parser().error("--model (or ENGINE_NODE_MODEL) is required with --backend vllm")
+    if args.client_keys_file:
+        try:
+            load_key_file(Path(args.client_keys_file))
+        except KeyEntryInvalid as exc:
+            parser().error(f"--client-keys-file: {exc}")
     return AgentSettings(
         control_plane_url=args.control_plane_url,
         token=args.token,
@@ -193,4 +208,5 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         session_redis_url=args.session_redis_url,
         session_grace_s=args.session_grace,
         session_ttl_s=args.session_ttl,
+        client_keys_file=Path(args.client_keys_file) if args.client_keys_file else None,
     )

@@ -41,6 +41,7 @@ cat <<BANNER
     oncall  oncall / oncall-demo-pass   read everything
     admin   admin / admin-demo-pass     everything, plus users
   Fleet:    http://$HOST:$PORT/fleet/  (simulated nodes: their numbers come from the simulator, not vLLM)
+  Gateways: every /v1 call needs a client key (a pool's page issues them); the demo fleet prints its own below.
   API docs: http://$HOST:$PORT/api/v1/docs/   Stop with Ctrl-C.
 
 BANNER

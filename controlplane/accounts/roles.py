@@ -29,6 +29,7 @@ class Action(models.TextChoices):
     OVERRIDE_SET = "override.set"
     WARMUP_WRITE = "warmup.write"
     WARMUP_ASSIGN = "warmup.assign"
+    CLIENT_KEY_MANAGE = "client_key.manage"
 
 
 _ALL = frozenset(Role)
@@ -56,6 +57,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # Building warmup sets from what customers ask is tuning work; what a pool's nodes replay is an operator's call.
     Action.WARMUP_WRITE: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
     Action.WARMUP_ASSIGN: frozenset({Role.SRE, Role.ADMIN}),
+    # A client key is access to the pools' engines, and its business tags lift limits (a whitelisted tag keeps the
+    # client's max_tokens): tuning staff edit the whitelists, so handing out tags that use them is an operator's call.
+    Action.CLIENT_KEY_MANAGE: frozenset({Role.SRE, Role.ADMIN}),
 }
 
 

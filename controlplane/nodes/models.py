@@ -306,3 +306,44 @@ class VersionRun(models.Model):
     @property
     def passes_at(self):
         return self.started_at + timedelta(seconds=self.window_s)
+
+
+class ClientKey(models.Model):
+    """A credential gateway clients send as `Authorization: Bearer`, valid on the nodes of its pools.
+
+    Only its sha256 is stored (the key is shown once); its pools' nodes receive the hash in their policy bundle, so a
+    revocation reaches them within seconds. A client key calls the /v1 routes and may send the business tags listed
+    here (others are ignored by the gateway); a scrape key reads /metrics only.
+    """
+
+    class Kind(models.TextChoices):
+        CLIENT = "client", "Client (/v1 routes)"
+        SCRAPE = "scrape", "Scrape (/metrics)"
+
+    name = models.SlugField(max_length=64)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.CLIENT)
+    pools = models.ManyToManyField(Pool, related_name="client_keys")
+    business_tags = models.JSONField(default=list, blank=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    key_prefix = models.CharField(max_length=12)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoke_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name", "-created_at"]
+        constraints = [
+            # The name is the key's label in the nodes' metrics: one live key per name.
+            models.UniqueConstraint(fields=["name"], condition=Q(revoked_at__isnull=True), name="client_key_live_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

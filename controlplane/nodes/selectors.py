@@ -5,7 +5,7 @@ import json
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
+from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.realtime import version_ref
 from controlplane.nodes.services.cleanup import cleanup_waiting_for, sent_waiting_for
 from controlplane.nodes.waiting import PoolContext, node_sync_reason
@@ -276,3 +276,10 @@ def command_waiting_for(*, command: NodeCommand, now) -> str:
     if command.op == NodeCommand.Op.CLEANUP:
         return cleanup_waiting_for(command=command, now=now)
     return sent_waiting_for(command=command, now=now) if command.sent_at else ""
+
+
+def pool_client_keys(*, pool: Pool, revoked: int = 5) -> list[ClientKey]:
+    """The pool's live keys, then the `revoked` most recently revoked ones (what the pool page lists)."""
+    keys = ClientKey.objects.filter(pools=pool).select_related("created_by", "revoked_by").prefetch_related("pools")
+    live = list(keys.filter(revoked_at__isnull=True).order_by("name"))
+    return live + list(keys.filter(revoked_at__isnull=False).order_by("-revoked_at")[:revoked])

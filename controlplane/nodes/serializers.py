@@ -4,7 +4,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.lib.serializers import JSONObjectField, ObjectListField, SlugNameField, StrictSerializer
-from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout, VersionRun
+from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout, VersionRun
 from controlplane.nodes.selectors import cleanup_figures, command_waiting_for
 from controlplane.params.serializers import FieldChangeSerializer
 
@@ -282,3 +282,41 @@ class PoolRolloutSerializer(serializers.Serializer):
     failed = serializers.IntegerField()
     nodes = NodeSummarySerializer(many=True)
     canary = RolloutSummarySerializer(allow_null=True, help_text="null if the pool never had a rollout")
+
+
+class ClientKeySerializer(serializers.ModelSerializer):
+    """A gateway client key as anyone may read it: its prefix, never the key or its hash."""
+
+    pools = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    created_by = serializers.CharField(source="created_by.username")
+    revoked_by = serializers.CharField(source="revoked_by.username", allow_null=True, default=None)
+    is_active = serializers.BooleanField()
+
+    class Meta:
+        model = ClientKey
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "key_prefix",
+            "pools",
+            "business_tags",
+            "is_active",
+            "created_by",
+            "created_at",
+            "revoked_by",
+            "revoked_at",
+            "revoke_reason",
+        ]
+
+
+class ClientKeyCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=64)
+    pools = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False)
+    kind = serializers.ChoiceField(choices=ClientKey.Kind.choices, default=ClientKey.Kind.CLIENT)
+    business_tags = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list)
+
+
+class ClientKeyIssuedSerializer(serializers.Serializer):
+    client_key = ClientKeySerializer()
+    key = serializers.CharField(help_text="The key itself: shown this once, never stored.")

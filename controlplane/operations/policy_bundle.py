@@ -1,7 +1,8 @@
 """The policy bundle: runtime state a pool's gateways need beside the template, pushed to its agents.
 
 The bundle carries what is not part of a template version: the scenario lists of every whitelist,
-the conversation overrides in effect, the pool's degradation state and its published intent model.
+the conversation overrides in effect, the pool's degradation state, its published intent model and the gateway
+client keys its nodes accept (as sha256 hashes).
 Each section is built by its own function of the pool, so a new source replaces one function and nothing else.
 """
 
@@ -13,7 +14,7 @@ from django.apps import apps
 from django.db.models import F
 
 from controlplane.lib import realtime
-from controlplane.nodes.models import Pool
+from controlplane.nodes.models import ClientKey, Pool
 from controlplane.operations.models import ConversationOverride
 from controlplane.operations.selectors import active_overrides
 from controlplane.params.models import WhitelistVersion
@@ -27,6 +28,7 @@ def policy_bundle(pool: Pool, *, whitelists: dict[str, list[str]] | None = None,
         "overrides": overrides_section(pool, now=now),
         "degradation": degradation_section(pool),
         "intent_model": intent_model_section(pool),
+        "client_keys": client_keys_section(pool),
     }
     return {"type": "policy", "hash": content_hash(content), "content": content}
 
@@ -92,6 +94,20 @@ def intent_model_section(pool: Pool) -> dict | None:
         return None
     model = active_intent_model(pool=pool)
     return None if model is None else {"id": model.id, "sha256": model.sha256}
+
+
+def client_keys_section(pool: Pool) -> list[dict]:
+    """The live client and scrape keys of the pool, by name: hashes only, never a key (engine_node/client_keys.py)."""
+    return [
+        {
+            "name": key.name,
+            "prefix": key.key_prefix,
+            "sha256": key.key_hash,
+            "kind": key.kind,
+            "business_tags": list(key.business_tags),
+        }
+        for key in ClientKey.objects.filter(pools=pool, revoked_at__isnull=True).order_by("name", "pk")
+    ]
 
 
 def policy_message(pool: Pool, *, whitelists: dict[str, list[str]] | None = None) -> realtime.PolicyPush:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
@@ -358,18 +359,22 @@ class StreamSessions:
         self._live[session_id] = relay
         return relay
 
-    async def resume(self, session_id: str, after_seq: int = 0) -> Subscription | Replay:
-        """SSE bytes after `after_seq`: live chunks, the stored rest of a finished session, or the interrupted event."""
+    async def resume(self, session_id: str, after_seq: int = 0, *, owner: str | None = None) -> Subscription | Replay:
+        """SSE bytes after `after_seq`: live chunks, the stored rest of a finished session, or the interrupted event.
+
+        With `owner`, a session started by someone else (its meta's `owner` differs) is unknown to the caller."""
         if after_seq < 0:
             raise SeqOutOfRange(f"after={after_seq}")
         relay = self._live.get(session_id)
         if relay is not None:
+            _check_owner(relay.meta, owner, session_id)
             return relay.subscribe(after_seq)
         if not is_session_id(session_id):
             raise SessionUnknown(session_id)
         record = await self.store.load(session_id)
         if record is None:
             raise SessionUnknown(session_id)
+        _check_owner(record.meta, owner, session_id)
         if record.state == FINISHED:
             if after_seq > record.last_seq:
                 raise SeqOutOfRange(f"after={after_seq}, but session {session_id} has {record.last_seq} chunks")
@@ -403,6 +408,11 @@ class StreamSessions:
     def _forget(self, relay: SessionRelay) -> None:
         if self._live.get(relay.session_id) is relay:
             del self._live[relay.session_id]
+
+
+def _check_owner(meta: Mapping, owner: str | None, session_id: str) -> None:
+    if owner is not None and not hmac.compare_digest(str(meta.get("owner", "")), owner):
+        raise SessionUnknown(session_id)
 
 
 async def pump_sse(relay: SessionRelay, lines: AsyncIterable[bytes]) -> None:

@@ -96,7 +96,7 @@ def test_engine_node_gateway_metrics_pass_promtool_but_for_vllms_colons(tmp_path
             data=json.dumps(
                 {"model": "simulated-chat-model", "messages": [{"role": "user", "content": "hi"}]}
             ).encode(),
-            headers={"Content-Type": "application/json"},
+            headers=node.headers,
         )
         urllib.request.urlopen(request, timeout=30).read()
         text = urllib.request.urlopen(f"{node.url}/metrics", timeout=10).read()

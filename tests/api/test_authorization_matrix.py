@@ -16,7 +16,8 @@ from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, 
 from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
 from controlplane.datasets.services.warmup import warmup_dataset_create
-from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.models import ClientKey, EngineNode, Pool
+from controlplane.nodes.services.client_keys import client_key_create
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.models import ConversationOverride
@@ -150,6 +151,24 @@ MATRIX: tuple[Call, ...] = (
     ),
     Call("pool-gate", "GET", EVERY_ROLE, 200, {"name": "prod-main"}, {"template": "chat", "version": 2}),
     Call("pool-cleanup", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "fragmentation"}, writes=True),
+    Call("client-key-list", "GET", EVERY_ROLE, 200, data={"pool": "staging"}),
+    Call(
+        "client-key-list",
+        "POST",
+        OPERATORS,
+        201,
+        data={"name": "web-chat-2", "pools": ["staging"], "business_tags": ["order"]},
+        writes=True,
+    ),
+    Call(
+        "client-key-revoke",
+        "POST",
+        OPERATORS,
+        200,
+        lambda: {"pk": ClientKey.objects.order_by("pk").values_list("pk", flat=True).first() or 1},
+        {"reason": "leaked"},
+        writes=True,
+    ),
     Call("node-list", "GET", EVERY_ROLE, 200),
     Call("node-list", "POST", OPERATORS, 201, data={"name": "gpu-2", "pool": "staging"}, writes=True),
     Call("node-detail", "GET", EVERY_ROLE, 200, {"name": "gpu-1"}),
@@ -316,6 +335,17 @@ def rollout_world(request):
     EngineNode.objects.update(is_connected=True, applied_hash=world["v2"].content_hash, applied_version=world["v2"])
     Pool.objects.filter(pk=world["staging"].pk).update(canary_stages=[{"nodes": 1}, {"percent": 100}])
     pool_publish(actor=sre, pool=Pool.objects.get(pk=world["staging"].pk), version=world["v1"], reason="back to v1")
+
+
+@pytest.fixture(autouse=True)
+def client_key_world(request):
+    """For the client-key rows only: key web-chat, valid on staging."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith("client-key-"):
+        return
+    world = request.getfixturevalue("world")
+    client_key_create(actor=request.getfixturevalue("users")["sre"], name="web-chat", pools=[world["staging"]])
 
 
 @pytest.fixture(autouse=True)

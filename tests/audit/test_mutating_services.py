@@ -20,7 +20,7 @@ from controlplane.audit.services import MUTATING_SERVICES
 from controlplane.datasets.services import datasets, releases, training, warmup
 from controlplane.lib.request_id import bind_request_id
 from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services import cleanup, engine_nodes, rollouts
+from controlplane.nodes.services import cleanup, client_keys, engine_nodes, rollouts
 from controlplane.nodes.services import pools as nodes
 from controlplane.operations import degradation
 from controlplane.operations import services as operations
@@ -65,6 +65,17 @@ def _with_node_then(call):
         EngineNode.objects.filter(pk=node.pk).update(is_connected=True, last_seen_at=timezone.now())
         world["baseline"] = AuditEntry.objects.count()
         return call(world, node)
+
+    return run
+
+
+def _with_client_key_then(call):
+    """Issue client key web-chat for staging, then run the call on it."""
+
+    def run(world):
+        key, _ = client_keys.client_key_create(actor=world["sre"], name="web-chat", pools=[world["staging"]])
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, key)
 
     return run
 
@@ -321,6 +332,24 @@ CASES: dict[str, Case] = {
         "sre",
         "",
         lambda w: engine_nodes.node_create(actor=w["sre"], name="gpu-9", pool=w["staging"]),
+    ),
+    "controlplane.nodes.services.client_keys.client_key_create": Case(
+        "client_key.create",
+        "sre",
+        "",
+        lambda w: client_keys.client_key_create(
+            actor=w["sre"], name="web-chat", pools=[w["staging"]], business_tags=["order"]
+        ),
+    ),
+    "controlplane.nodes.services.client_keys.client_key_revoke": Case(
+        "client_key.revoke",
+        "admin",
+        "key leaked in a screenshot",
+        _with_client_key_then(
+            lambda w, k: client_keys.client_key_revoke(
+                actor=w["admin"], client_key=k, reason="key leaked in a screenshot"
+            )
+        ),
     ),
     "controlplane.nodes.services.engine_nodes.node_token_rotate": Case(
         "node.token_rotate",

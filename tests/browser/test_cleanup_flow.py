@@ -31,7 +31,9 @@ def slow_request(agent: AgentProcess) -> threading.Thread:
     urllib.request.urlopen(urllib.request.Request(f"{engine_url(agent)}/sim/faults", data=faults, headers=JSON))
     body = {"model": agent.model, "messages": [{"role": "user", "content": "退货"}], "max_tokens": 16}
     body.update(min_tokens=16, ignore_eos=True)
-    request = urllib.request.Request(f"{agent.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=JSON)
+    request = urllib.request.Request(
+        f"{agent.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=agent.headers
+    )
     caller = threading.Thread(target=lambda: urllib.request.urlopen(request, timeout=60).read())
     caller.start()
     wait_until(lambda: agent.health()["in_flight"] >= 1, 10, "the slow request to be in flight")

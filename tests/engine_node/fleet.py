@@ -11,7 +11,14 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+from engine_node.client_keys import key_entry
 from tests.live_server import ROOT, free_port, wait_for_port
+
+# Every AgentProcess accepts this key from an operator key file (--client-keys-file) unless a test passes
+# client_key=None: tests that are not about access call the gateway with it (AgentProcess.headers, .chat(),
+# .openai_client()). Tests of the pool's keys pushed by the control plane issue real ones (provision_client_key).
+TEST_CLIENT_KEY = "cpk_TestKeyOfAgentProcesses_7Jx2Qm9vLw4Rt8Yp3Nc6"
+TEST_KEY_TAGS = ("contract", "copywriting", "legal", "order_status")
 
 FAST_PROFILE = """
 latency:
@@ -49,6 +56,8 @@ class AgentProcess:
         env: dict | None = None,
         model: str = "simulated-chat-model",
         queue_timeout_s: float = 10,
+        client_key: str | None = TEST_CLIENT_KEY,
+        extra_args: list[str] | None = None,
     ):
         self.name = name
         self.port = free_port()
@@ -57,6 +66,12 @@ class AgentProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.state_dir / "agent.log"
         self.model = model
+        self.client_key = client_key
+        key_args = []
+        if client_key is not None:
+            key_file = self.state_dir / "client_keys.json"
+            write_key_file(key_file, [key_entry(client_key, name="tests", business_tags=TEST_KEY_TAGS)])
+            key_args = ["--client-keys-file", str(key_file)]
         backend = (
             backend_args
             if backend_args is not None
@@ -70,6 +85,8 @@ class AgentProcess:
             "--state-dir", str(self.state_dir),
             "--drain-timeout", "10",
             "--queue-timeout", str(queue_timeout_s),
+            *key_args,
+            *(extra_args or []),
         ]  # fmt: skip
         self.env = {**os.environ, **(env or {}), "ENGINE_NODE_TOKEN": token}
         self.process: subprocess.Popen | None = None
@@ -87,6 +104,19 @@ class AgentProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
 
+    @property
+    def headers(self) -> dict:
+        """What a client sends: the key (when the agent has one) and JSON."""
+        auth = {"Authorization": f"Bearer {self.client_key}"} if self.client_key else {}
+        return {"Content-Type": "application/json", **auth}
+
+    def openai_client(self, timeout_s: float = 30, **kwargs):
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=self.client_key or "none", max_retries=0, timeout=timeout_s, **kwargs
+        )
+
     def health(self) -> dict:
         try:
             with urllib.request.urlopen(f"{self.url}/healthz", timeout=5) as response:
@@ -98,14 +128,31 @@ class AgentProcess:
         body = json.dumps(
             {"model": self.model, "messages": [{"role": "user", "content": text}], "max_tokens": 16}
         ).encode()
-        request = urllib.request.Request(
-            f"{self.url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-        )
+        request = urllib.request.Request(f"{self.url}/v1/chat/completions", data=body, headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, {"retry_after": exc.headers.get("Retry-After")}
+            try:
+                error = json.loads(exc.read())
+            except ValueError:
+                error = {}
+            return exc.code, {"retry_after": exc.headers.get("Retry-After"), **error}
+
+
+def write_key_file(path: Path, entries: list[dict]) -> Path:
+    """An operator key file (`{"client_keys": [...]}`) as `python -m engine_node.client_keys new` writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"client_keys": entries}), encoding="utf-8")
+    return path
+
+
+def provision_client_key(actor, pools, *, name: str = "test-client", business_tags=(), kind: str = "client") -> str:
+    """Issue a real client key for `pools` through the control plane's service (pushed to their agents)."""
+    from controlplane.nodes.services.client_keys import client_key_create
+
+    _, key = client_key_create(actor=actor, name=name, pools=list(pools), kind=kind, business_tags=business_tags)
+    return key
 
 
 class Traffic:

@@ -14,6 +14,7 @@ from engine_node.admission import (
     GateClosed,
     QueueFull,
     QueueTimeout,
+    Warming,
     target_batch_size,
 )
 
@@ -207,9 +208,40 @@ def test_waiting_past_the_queue_timeout_gives_queue_timeout():
             async with gate.admitted(prompt_tokens=10, batch=batch):
                 pass
         assert type(caught.value) is GateClosed
-        assert gate.snapshot()["rejections"] == {"queue_full": 0, "queue_timeout": 1, "gate_closed": 1}
+        assert gate.snapshot()["rejections"] == {"queue_full": 0, "queue_timeout": 1, "gate_closed": 1, "warming": 0}
         hold.set()
         await asyncio.gather(blocker, drain)
+
+    run(scenario)
+
+
+def test_a_warming_gate_refuses_at_once_those_waiting_too_and_queues_again_after():
+    async def scenario():
+        gate = Admission(queue_timeout_s=5)
+        await gate.drain(0)
+        waiting = asyncio.create_task(gate.admitted(prompt_tokens=10).__aenter__())
+        await settle()
+        assert gate.waiting == 1
+        gate.refuse_while_closed(lambda: Warming("gpu-1 is warming up (3/10 warmup requests done)", 2))
+        with pytest.raises(Warming) as caught:
+            await waiting  # queued before the warmup began: told at once, not after the 5 s queue timeout
+        assert caught.value.retry_after_s == 2 and "warming up" in str(caught.value)
+        started = time.monotonic()
+        with pytest.raises(Warming):
+            async with gate.admitted(prompt_tokens=10):
+                pass
+        assert time.monotonic() - started < 0.1 and gate.waiting == 0
+        # Back to queueing (a cold restart's drain), then served when the gate opens.
+        gate.refuse_while_closed(None)
+        later = request(gate)
+        await settle()
+        assert gate.waiting == 1
+        gate.resume()
+        await later
+        assert gate.snapshot()["rejections"]["warming"] == 2
+        # An open gate takes requests whatever refusal is set.
+        gate.refuse_while_closed(lambda: Warming("never", 1))
+        await request(gate)
 
     run(scenario)
 
@@ -402,7 +434,7 @@ def test_metrics_after_a_scripted_sequence():
         with pytest.raises(QueueFull):
             async with gate.admitted(prompt_tokens=10, batch=batch):
                 pass
-        assert gate.snapshot()["rejections"] == {"queue_full": 1, "queue_timeout": 0, "gate_closed": 0}
+        assert gate.snapshot()["rejections"] == {"queue_full": 1, "queue_timeout": 0, "gate_closed": 0, "warming": 0}
         hold.set()
         await asyncio.gather(*tasks)
         assert gate.in_flight == 0 and gate.waiting == 0

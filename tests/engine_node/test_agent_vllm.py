@@ -10,7 +10,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import openai
 import pytest
 
 from controlplane.nodes.models import EngineNode
@@ -69,7 +68,7 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         status, body = agent.chat("Where is my order?")
         assert status == 200 and body["choices"][0]["message"]["content"] is not None
         assert body["usage"]["completion_tokens"] > 0
-        check_openai_client(agent.url)
+        check_openai_client(agent)
         metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
         assert "vllm:num_requests_running" in metrics and "vllm:generation_tokens_total" in metrics
         assert "engine_node_gateway_requests_total" in metrics
@@ -105,9 +104,9 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         server.stop()
 
 
-def check_openai_client(url: str) -> None:
+def check_openai_client(agent) -> None:
     """The official client, plain and streaming, through the gateway's policy to real vLLM."""
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    client = agent.openai_client(timeout_s=120)
     raw = client.chat.completions.with_raw_response.create(
         model=SERVED_MODEL_NAME, messages=[{"role": "user", "content": "我付了¥299.00怎么还显示未支付"}], max_tokens=64
     )

@@ -96,7 +96,7 @@ def start_slow_request(agent: AgentProcess) -> tuple[threading.Thread, dict]:
         request = urllib.request.Request(
             f"{agent.url}/v1/chat/completions",
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            headers=agent.headers,
         )
         with urllib.request.urlopen(request, timeout=60) as response:
             slow["status"], slow["body"] = response.status, json.loads(response.read())

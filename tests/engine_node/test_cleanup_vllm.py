@@ -84,7 +84,7 @@ def test_cleanup_on_real_vllm_drains_resets_the_prefix_cache_and_resumes(vllm_py
                 request = urllib.request.Request(
                     f"{agent.url}/v1/chat/completions",
                     data=json.dumps(body).encode(),
-                    headers={"Content-Type": "application/json"},
+                    headers=agent.headers,
                 )
                 try:
                     with urllib.request.urlopen(request, timeout=180) as response:

@@ -43,7 +43,7 @@ def explain(agent: AgentProcess) -> dict:
     request = urllib.request.Request(
         f"{agent.url}/v1/policy/explain",
         data=json.dumps(MESSAGE).encode(),
-        headers={"Content-Type": "application/json"},
+        headers=agent.headers,
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
 def explain(agent: AgentProcess, **body) -> dict:
     request = urllib.request.Request(
-        f"{agent.url}/v1/policy/explain", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        f"{agent.url}/v1/policy/explain", data=json.dumps(body).encode(), headers=agent.headers
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())

@@ -10,7 +10,6 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import openai
 import pytest
 
 from controlplane.params import schema
@@ -80,7 +79,7 @@ def node(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(node):
-    return openai.OpenAI(base_url=f"{node.url}/v1", api_key="unused", max_retries=0, timeout=30)
+    return node.openai_client()
 
 
 def ask(client, text, **kwargs):
@@ -171,9 +170,7 @@ def test_a_reply_cut_mid_sentence_by_the_cap_is_continued_in_one_answer(client):
 
 
 def _post(node, path, body: bytes, headers=None):
-    request = urllib.request.Request(
-        f"{node.url}{path}", data=body, headers={"Content-Type": "application/json", **(headers or {})}
-    )
+    request = urllib.request.Request(f"{node.url}{path}", data=body, headers={**node.headers, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read()), response.headers
@@ -228,7 +225,7 @@ def test_degradation_wins_over_the_override(tmp_path_factory):
     }  # fmt: skip
     degraded = start_node(tmp_path_factory, "degraded-node", bundle=bundle)
     try:
-        client = openai.OpenAI(base_url=f"{degraded.url}/v1", api_key="unused", max_retries=0, timeout=30)
+        client = degraded.openai_client()
         headers, reply = ask(client, "有什么推荐", max_tokens=1000, extra_headers={"X-Conversation-Id": "vip-7"})
         assert (headers["X-Policy-Rule"], headers["X-Policy-Temperature"]) == ("degradation", "0.7")
         assert headers["X-Policy-Max-Tokens"] == "128"

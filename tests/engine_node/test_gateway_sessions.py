@@ -36,6 +36,7 @@ class Stream:
     def __init__(self, node, method, path, body=None):
         self.connection = http.client.HTTPConnection("127.0.0.1", node.port, timeout=30)
         headers = {"Content-Type": "application/json"} if body is not None else {}
+        headers["Authorization"] = node.headers["Authorization"]
         self.connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
         self.response = self.connection.getresponse()
 

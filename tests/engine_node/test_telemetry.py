@@ -31,7 +31,7 @@ from engine_node.telemetry import (
 )
 from engine_node.telemetry.engine_scrape import parse_utilisation
 from engine_node.telemetry.requests import percentile
-from tests.engine_node.fleet import wait_until
+from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until
 from tests.engine_node.simulator.conftest import Simulator, chat_body
 from tests.engine_node.test_gateway_policy import start_node
 
@@ -343,7 +343,7 @@ def post_chat(url: str, text: str, *, stream=False, headers=None) -> int:
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **(headers or {})},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {TEST_CLIENT_KEY}", **(headers or {})},
     )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:

@@ -37,6 +37,7 @@ def test_bundle_of_a_quiet_pool(world):
             "overrides": [],
             "degradation": {"active": False, "cause": "", "reason": "", "since": None, "speculative_decoding": True},
             "intent_model": None,
+            "client_keys": [],
         },
     }
 

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from controlplane.params import schema
-from tests.engine_node.fleet import wait_until
+from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until
 from tests.engine_node.test_gateway_policy import start_node
 
 pytestmark = pytest.mark.agents
@@ -39,6 +39,7 @@ TRAP_PATTERNS = [r"(a|a)+$", r"(x+x+)+y"]
 ADDED_LATENCY_LIMIT_MS = 50
 SAMPLES = 30
 MODEL = "simulated-chat-model"
+KEYED_JSON = {"Content-Type": "application/json", "Authorization": f"Bearer {TEST_CLIENT_KEY}"}
 
 
 def chat_body(text: str) -> bytes:
@@ -78,7 +79,7 @@ def hostile_requests() -> list[tuple[str, bytes]]:
 
 
 def send(url: str, body: bytes | None, timeout_s: float = 30) -> int:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=body, headers=KEYED_JSON)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             response.read()
@@ -173,7 +174,7 @@ def test_hostile_messages_leave_healthz_and_normal_requests_within_50_ms(node):
 
 def test_the_trap_patterns_still_match_what_they_describe(node):
     body = json.dumps({"message": "a" * 4096}).encode()
-    request = urllib.request.Request(f"{node.url}/v1/policy/explain", data=body)
+    request = urllib.request.Request(f"{node.url}/v1/policy/explain", data=body, headers=KEYED_JSON)
     with urllib.request.urlopen(request, timeout=10) as response:
         decision = json.loads(response.read())["decision"]
     assert decision["tier_rule"] == "regex"
@@ -187,7 +188,8 @@ def test_a_config_stored_before_re2_still_starts_with_the_default_patterns(tmp_p
     try:
         wait_until(lambda: agent.health().get("status") == "online", 60, "the node to finish its warmup")
         body = json.dumps({"message": "我的手机号13812345678收不到验证码"}).encode()
-        with urllib.request.urlopen(urllib.request.Request(f"{agent.url}/v1/policy/explain", data=body)) as response:
+        explain = urllib.request.Request(f"{agent.url}/v1/policy/explain", data=body, headers=KEYED_JSON)
+        with urllib.request.urlopen(explain) as response:
             decision = json.loads(response.read())["decision"]
         assert [hit["match"] for hit in decision["regex_hits"]] == ["13812345678"]
         assert decision["regex_hits"][0]["pattern"] in schema.DEFAULT_STRICT_PATTERNS

@@ -1,4 +1,4 @@
-"""Pool pages: list, detail with timeline, publish, and rollback after a diff preview."""
+"""Pool pages: list, detail with timeline, publish, rollback after a diff preview, and the pool's client keys."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,7 +12,8 @@ from controlplane.dashboard.charts import pool_charts
 from controlplane.lib.errors import DomainError, InvalidField
 from controlplane.nodes import selectors
 from controlplane.nodes.gate import version_gate, version_gates
-from controlplane.nodes.models import NodeCommand, Pool
+from controlplane.nodes.models import ClientKey, NodeCommand, Pool
+from controlplane.nodes.services import client_keys
 from controlplane.nodes.services import pools as services
 from controlplane.operations import degradation
 from controlplane.operations import selectors as operations
@@ -41,7 +42,7 @@ def pool_detail(request, name):
     return _render_pool(request, name)
 
 
-def _render_pool(request, name, publish_form=None, status=200):
+def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
     pool = get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
     versions = list(TemplateVersion.objects.select_related("template").order_by("template__name", "-number"))
     now = timezone.now()
@@ -74,6 +75,8 @@ def _render_pool(request, name, publish_form=None, status=200):
             "canary_stages_text": stages_text(pool.canary_stages),
             "publish_form": publish_form or forms.PublishForm(),
             "charts": pool_charts(pool),
+            "client_keys": selectors.pool_client_keys(pool=pool),
+            "issued_key": issued_key,
         },
         status=status,
     )
@@ -238,3 +241,38 @@ def _whole_number(field: str, text: str) -> int:
     if not text.strip().isdigit():
         raise InvalidField(field, "must be a whole number of seconds")
     return int(text)
+
+
+@require_POST
+@page(write_action=Action.CLIENT_KEY_MANAGE)
+def pool_client_key_create(request, name):
+    """Issue a gateway client key for the pool and show it this once on the pool page."""
+    pool = get_object_or_404(Pool, name=name)
+    tags = [tag for tag in request.POST.get("business_tags", "").replace(",", " ").split() if tag]
+    try:
+        client_key, key = client_keys.client_key_create(
+            actor=request.user,
+            name=request.POST.get("name", "").strip(),
+            pools=[pool],
+            kind=request.POST.get("kind", "client"),
+            business_tags=tags,
+        )
+    except DomainError as exc:
+        messages.error(request, f"No key issued. {exc.message}")
+        return redirect("dashboard:pool-detail", name=name)
+    return _render_pool(request, name, issued_key={"name": client_key.name, "kind": client_key.kind, "key": key})
+
+
+@require_POST
+@page(write_action=Action.CLIENT_KEY_MANAGE)
+def client_key_revoke(request, pk):
+    """Revoke a key; back to the pool page it was revoked from."""
+    client_key = get_object_or_404(ClientKey, pk=pk)
+    back = request.POST.get("pool") or client_key.pools.values_list("name", flat=True).first()
+    try:
+        client_keys.client_key_revoke(actor=request.user, client_key=client_key, reason=request.POST.get("reason", ""))
+    except DomainError as exc:
+        messages.error(request, f"Nothing revoked. {exc.message}")
+    else:
+        messages.success(request, f"Key {client_key.name} ({client_key.key_prefix}…) revoked; nodes refuse it now.")
+    return redirect("dashboard:pool-detail", name=back) if back else redirect("dashboard:pools")

@@ -15,10 +15,22 @@ from django.core.management.base import BaseCommand
 
 from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
-from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.models import ClientKey, EngineNode, Pool
+from controlplane.nodes.services.client_keys import client_key_create, client_key_revoke
 from controlplane.nodes.services.engine_nodes import node_create, node_token_rotate
 
 DEMO_NODES = [("sim-staging-1", "staging"), ("sim-prod-1", "prod-main"), ("sim-prod-2", "prod-main")]
+DEMO_KEY_NAME = "demo-traffic"
+# The seed's whitelisted scenario, so a visitor can see a granted tag keep its longer max_tokens.
+DEMO_KEY_TAGS = ["legal"]
+
+
+def demo_client_key(admin, pools: list[Pool]) -> str:
+    """A fresh client key for the demo pools (keys are never stored, so each start revokes the last one)."""
+    for old in ClientKey.objects.filter(name=DEMO_KEY_NAME, revoked_at__isnull=True):
+        client_key_revoke(actor=admin, client_key=old, reason="make run: demo fleet started; new demo key issued")
+    _, key = client_key_create(actor=admin, name=DEMO_KEY_NAME, pools=pools, business_tags=DEMO_KEY_TAGS)
+    return key
 
 
 def _free_port() -> int:
@@ -75,8 +87,19 @@ class Command(BaseCommand):
                 )
             )
             self.stdout.write(f"  simulated node {name} ({pool_name}) gateway http://127.0.0.1:{port}/v1")
+        pools = list(Pool.objects.filter(name__in={pool_name for _, pool_name in DEMO_NODES}))
+        key = demo_client_key(admin, pools) if pools else ""
+        if key:
+            # Tests parse this line (`Gateway client key: (\S+)`): keep its form.
+            self.stdout.write(f"  Gateway client key: {key}")
+            self.stdout.flush()
         time.sleep(3)
-        processes.append(subprocess.Popen([sys.executable, "-m", "engine_node.loadgen", "--qps", str(qps), *gateways]))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "engine_node.loadgen", "--qps", str(qps), *gateways],
+                env={**os.environ, "LOADGEN_API_KEY": key},
+            )
+        )
         self.stdout.write(f"  synthetic traffic: {qps} requests/s over {len(gateways)} simulated nodes")
 
         def stop(*_):
