@@ -10,12 +10,20 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+DATABASE_URL = env_str("DATABASE_URL")
+# Embedded mode only: a fixed key so sessions survive restarts of `make run`. It is public (it is in this file), so
+# whoever has it can forge session cookies and password-reset links: refused wherever real data lives.
+EMBEDDED_SECRET_KEY = "embedded-insecure-key-set-DJANGO_SECRET_KEY-in-production"
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if DATABASE_URL and not DATABASE_URL.lower().startswith("sqlite") and SECRET_KEY in {"", EMBEDDED_SECRET_KEY}:
+    raise EnvError(
+        "DJANGO_SECRET_KEY: required when DATABASE_URL points at a database server; set it to a long random "
+        "value (e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), the same on every process"
+    )
 if not SECRET_KEY:
     if not DEBUG and env_bool("DJANGO_REQUIRE_SECRET_KEY", False):
         raise EnvError("DJANGO_SECRET_KEY: required when DJANGO_REQUIRE_SECRET_KEY is on")
-    # Embedded mode only: a fixed key so sessions survive restarts of `make run`.
-    SECRET_KEY = "embedded-insecure-key-set-DJANGO_SECRET_KEY-in-production"
+    SECRET_KEY = EMBEDDED_SECRET_KEY
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -79,7 +87,6 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 else:
