@@ -146,7 +146,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=event["text"])
 
     async def policy_push(self, event):
-        await self.send(text_data=event["text"])
+        canary = event.get("canary")
+        await self.send(text_data=canary["text"] if canary and self.node_name in canary["nodes"] else event["text"])
 
     async def intent_model_published(self, event):
         wanted = event["sha256"] or agent_policy.builtin_intent_model_sha256()
@@ -170,7 +171,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def _sync_policy(self, *, policy_hash: str, model_sha256: str) -> None:
         """After hello: send the bundle and the intent model unless the agent already has them."""
         self.model_sha256 = model_sha256
-        text, current_hash, model_ref = await database_sync_to_async(agent_policy.policy_text)(pool_name=self.pool_name)
+        text, current_hash, model_ref = await database_sync_to_async(agent_policy.policy_text)(
+            pool_name=self.pool_name, node_name=self.node_name
+        )
         if current_hash != policy_hash:
             await self.send(text_data=text)
         await self.intent_model_published(

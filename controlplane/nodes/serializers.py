@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from controlplane.lib.serializers import StrictSerializer
+from controlplane.nodes import whitelist_pins
 from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
 from controlplane.nodes.selectors import cleanup_figures
 from controlplane.params.serializers import FieldChangeSerializer
@@ -15,10 +16,31 @@ class VersionRefField(serializers.Field):
 
 class PoolSerializer(serializers.ModelSerializer):
     desired_version = VersionRefField(allow_null=True)
+    whitelists = serializers.SerializerMethodField()
+    whitelist_changes = serializers.SerializerMethodField()
 
     class Meta:
         model = Pool
-        fields = ["name", "description", "is_production", "desired_version", "created_at"]
+        fields = [
+            "name",
+            "description",
+            "is_production",
+            "desired_version",
+            "whitelists",
+            "whitelist_changes",
+            "created_at",
+        ]
+
+    def get_whitelists(self, pool) -> dict[str, int] | None:
+        """`{"legal": 3}`: the versions a production pool's latest release pinned; null where the pool follows the
+        latest versions (non-production)."""
+        if not pool.is_production:
+            return None
+        return whitelist_pins.pins_summary(whitelist_pins.release_pins(whitelist_pins.latest_release(pool)))
+
+    def get_whitelist_changes(self, pool) -> list[dict]:
+        """`[{"whitelist", "pinned", "latest"}]`: edits since the pool's release that a republish would pick up."""
+        return whitelist_pins.pool_whitelist_changes(pool)
 
 
 class PoolCreateSerializer(StrictSerializer):
@@ -32,6 +54,7 @@ class ReleaseSerializer(serializers.ModelSerializer):
     version = VersionRefField()
     previous_version = VersionRefField(allow_null=True)
     actor = serializers.CharField(source="actor_name")
+    whitelists = serializers.SerializerMethodField()
 
     class Meta:
         model = PoolRelease
@@ -41,11 +64,16 @@ class ReleaseSerializer(serializers.ModelSerializer):
             "kind",
             "version",
             "previous_version",
+            "whitelists",
             "actor",
             "reason",
             "override_reason",
             "created_at",
         ]
+
+    def get_whitelists(self, release) -> dict[str, int]:
+        """`{"legal": 3}`: the whitelist versions the release pinned."""
+        return {v.whitelist.name: v.number for v in release.whitelist_versions.all()}
 
 
 class PublishSerializer(StrictSerializer):
@@ -68,10 +96,19 @@ class RollbackSerializer(StrictSerializer):
         return attrs
 
 
+class WhitelistPinChangeSerializer(serializers.Serializer):
+    """A whitelist whose pinned version changes; null where it is not pinned on that side."""
+
+    whitelist = serializers.CharField()
+    before = serializers.IntegerField(allow_null=True)
+    after = serializers.IntegerField(allow_null=True)
+
+
 class PreviewSerializer(serializers.Serializer):
     target = VersionRefField(allow_null=True)
     needs_restart = serializers.BooleanField()
     changes = FieldChangeSerializer(many=True)
+    whitelists = WhitelistPinChangeSerializer(many=True)
 
 
 class NodeCreateSerializer(StrictSerializer):

@@ -36,7 +36,9 @@ def migrated_sqlite(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(
-    "sql", ["UPDATE audit_auditentry SET reason = 'rewritten'", "DELETE FROM audit_auditentry"], ids=["update", "delete"]
+    "sql",
+    ["UPDATE audit_auditentry SET reason = 'rewritten'", "DELETE FROM audit_auditentry"],
+    ids=["update", "delete"],
 )
 def test_sqlite_refuses_rewriting_audit_rows(migrated_sqlite, sql):
     with sqlite3.connect(migrated_sqlite) as db:
@@ -61,13 +63,18 @@ def test_sqlite_still_appends(migrated_sqlite):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "sql", ["UPDATE audit_auditentry SET reason = 'rewritten'", "DELETE FROM audit_auditentry"], ids=["update", "delete"]
+    "sql",
+    ["UPDATE audit_auditentry SET reason = 'rewritten'", "DELETE FROM audit_auditentry"],
+    ids=["update", "delete"],
 )
 def test_postgres_refuses_rewriting_audit_rows(sql):
     assert connection.vendor == "postgresql", "make test runs on Postgres; its trigger is what this test is about"
     with connection.cursor() as cursor:
         cursor.execute(INSERT)
-    with pytest.raises(DatabaseError, match="audit entries are append-only"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql)
+    with (
+        pytest.raises(DatabaseError, match="audit entries are append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql)
     assert list(AuditEntry.objects.values_list("reason", flat=True)) == ["original"]

@@ -10,7 +10,7 @@ from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import pool_charts
 from controlplane.lib.errors import DomainError, InvalidField
-from controlplane.nodes import selectors
+from controlplane.nodes import selectors, whitelist_pins
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services import pools as services
 from controlplane.operations import degradation
@@ -55,6 +55,8 @@ def _render_pool(request, name, publish_form=None, status=200):
             "reached_non_production": selectors.version_ids_on_non_production(),
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
             "previous": selectors.pool_previous_version(pool=pool),
+            "pinned": whitelist_pins.release_pins(whitelist_pins.latest_release(pool)),
+            "whitelist_changes": whitelist_pins.pool_whitelist_changes(pool),
             "rollout": selectors.pool_rollout(pool=pool, now=timezone.now()),
             "canary": _canary(pool),
             "canary_stages_text": stages_text(pool.canary_stages),
@@ -118,6 +120,7 @@ def pool_rollback(request, name):
             "target_ref": target.ref,
             "changes": changes,
             "needs_restart": needs_restart(changes),
+            "whitelist_changes": whitelist_pins.rollback_whitelist_preview(pool, target),
             "form": form,
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
         },
