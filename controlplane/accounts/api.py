@@ -56,5 +56,5 @@ class TokenIssue(APIView):
     @extend_schema(request=serializers.TokenRequestSerializer, responses={201: dict})
     def post(self, request):
         data = validated(serializers.TokenRequestSerializer, request.data)
-        token = services.user_token_issue(**data)
+        token = services.user_token_issue(request=request._request, **data)
         return Response({"token": token.key, "username": token.user.username, "role": token.user.role}, status=201)

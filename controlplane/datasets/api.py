@@ -16,6 +16,7 @@ from controlplane.datasets.services.releases import intent_model_publish, intent
 from controlplane.datasets.services.training import intent_model_create
 from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create, warmup_version_create
 from controlplane.datasets.uploads import MAX_BYTES
+from controlplane.lib.body_limit import BodyTooLarge
 from controlplane.lib.errors import InvalidField, NotFound
 from controlplane.lib.serializers import validated
 from controlplane.nodes.models import Pool
@@ -41,6 +42,13 @@ def upload_validated(serializer_class, request) -> tuple[dict, bytes | str]:
     """The fields of an upload request and its content, from a multipart `file` or a JSON `content` string."""
     try:
         payload = request.data
+    except BodyTooLarge as exc:
+        if exc.field != "body":
+            raise
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raise InvalidField(
+            "content", f"a JSON body is limited to {limit} bytes; send a larger dataset as a multipart file"
+        ) from None
     except RequestDataTooBig:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raise InvalidField(

@@ -1,11 +1,13 @@
 """The one DRF exception handler: every error body is {"error": ..., "detail": ...}, plus `code` for domain errors."""
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from controlplane.lib.body_limit import too_large_message
 from controlplane.lib.errors import DomainError
 
 
@@ -13,6 +15,13 @@ def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         # `code` is the stable name clients branch on (e.g. production_gate, stale_base_version).
         return Response({"error": exc.message, "code": exc.code, "detail": exc.detail}, status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own refusal of a JSON or form body over DATA_UPLOAD_MAX_MEMORY_SIZE, before reading it.
+        request = context.get("request")
+        declared = (request.META.get("CONTENT_LENGTH") if request is not None else "") or ""
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        message = too_large_message("body", int(declared) if declared.isdigit() else None, limit)
+        return Response({"error": message, "code": "too_large", "detail": {"limit_bytes": limit}}, status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

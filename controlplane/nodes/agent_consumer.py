@@ -7,7 +7,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from controlplane.lib import realtime
+from controlplane.lib import realtime, throttling
 from controlplane.metrics.services.ingest import sample_ingestor
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher
 from controlplane.nodes.services import agent_policy, agent_sessions, cleanup
@@ -25,8 +25,16 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     node_id: int | None = None
 
     async def connect(self):
+        # Failed token attempts are counted per client address (behind a proxy, run daphne with --proxy-headers);
+        # once over the limit the address is refused unheard, valid token or not, until its window moves on.
+        address = (self.scope.get("client") or ("unknown",))[0]
+        if await database_sync_to_async(throttling.agent_auth_blocked)(address):
+            log.warning("refusing %s: too many failed node-token attempts", address)
+            await self.close(code=UNAUTHORIZED)
+            return
         node = await database_sync_to_async(agent_sessions.node_authenticate)(token=_bearer(self.scope))
         if node is None:
+            await database_sync_to_async(throttling.agent_auth_failed)(address)
             await self.close(code=UNAUTHORIZED)
             return
         self.node_id = node.pk
