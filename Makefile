@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 CHROMIUM ?= /usr/bin/chromium
+# Tests and benchmarks run on Postgres, where the embedded key is refused: they get a key of their own unless the
+# environment gives one (never a production key: nothing they sign outlives the run).
+TEST_SECRET_KEY := test-only-key-never-used-in-production
+lint test bench: export DJANGO_SECRET_KEY ?= $(TEST_SECRET_KEY)
 
 .PHONY: run test lint bench install install-dev system-packages clean
 

@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/controlplane_bench_alerts")
 os.environ.update(DATABASE_URL=DATABASE_URL, DJANGO_SETTINGS_MODULE="controlplane.settings")
+# A benchmark database on Postgres: the settings refuse the embedded key there.
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-key-never-used-in-production")
 os.environ.pop("REDIS_URL", None)  # events go to the in-memory layer: this measures the pass, not Redis
 sys.path.insert(0, str(ROOT))
 PASSES = 20

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/controlplane_bench_metrics")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 os.environ.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, DJANGO_SETTINGS_MODULE="controlplane.settings")
+# A benchmark database on Postgres: the settings refuse the embedded key there.
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-key-never-used-in-production")
 sys.path.insert(0, str(ROOT))
 
 WARMUP_S = 5

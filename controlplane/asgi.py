@@ -9,11 +9,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from controlplane.lib.body_limit import BodySizeLimitMiddleware  # noqa: E402
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Oversized bodies are answered 413 here, before Django spools them (controlplane/lib/body_limit.py).
+        "http": BodySizeLimitMiddleware(django_asgi_app),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

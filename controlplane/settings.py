@@ -1,5 +1,7 @@
 """Django settings, read from the environment with embedded defaults (SQLite, in-memory layer, eager tasks)."""
 
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -10,12 +12,20 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+DATABASE_URL = env_str("DATABASE_URL")
+# Embedded mode only: a fixed key so sessions survive restarts of `make run`. It is public (it is in this file), so
+# whoever has it can forge session cookies and password-reset links: refused wherever real data lives.
+EMBEDDED_SECRET_KEY = "embedded-insecure-key-set-DJANGO_SECRET_KEY-in-production"
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if DATABASE_URL and not DATABASE_URL.lower().startswith("sqlite") and SECRET_KEY in {"", EMBEDDED_SECRET_KEY}:
+    raise EnvError(
+        "DJANGO_SECRET_KEY: required when DATABASE_URL points at a database server; set it to a long random "
+        "value (e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), the same on every process"
+    )
 if not SECRET_KEY:
     if not DEBUG and env_bool("DJANGO_REQUIRE_SECRET_KEY", False):
         raise EnvError("DJANGO_SECRET_KEY: required when DJANGO_REQUIRE_SECRET_KEY is on")
-    # Embedded mode only: a fixed key so sessions survive restarts of `make run`.
-    SECRET_KEY = "embedded-insecure-key-set-DJANGO_SECRET_KEY-in-production"
+    SECRET_KEY = EMBEDDED_SECRET_KEY
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -34,6 +44,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",
     "controlplane.accounts",
     "controlplane.audit",
     "controlplane.params",
@@ -56,6 +67,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controlplane.dashboard.middleware.DomainErrorPageMiddleware",
+    # Last: it turns a login refused for a locked-out client into the lockout answer (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -79,7 +92,6 @@ TEMPLATES = [
     },
 ]
 
-DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 else:
@@ -105,6 +117,23 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "accounts.User"
+# django-axes counts failed logins (dashboard form, Django admin, POST /api/v1/auth/token/) per user name and client
+# address, and refuses that pair for a while after too many; its backend goes first so a locked pair is refused before
+# the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("LOGIN_LOCKOUT_S", 900))
+# The pair, not the address alone: colleagues behind one NAT are not locked out by one person's typos.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+# No start-up banner or per-attempt log lines; lockouts are still logged as warnings.
+AXES_VERBOSE = False
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME.total_seconds() < 1:
+    raise EnvError("LOGIN_FAILURE_LIMIT and LOGIN_LOCKOUT_S must be at least 1")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -204,7 +233,42 @@ CELERY_BEAT_SCHEDULE: dict = {
     },
 }
 
+# Cache: the API's throttle counters. Shared through Redis when there is one, so every ASGI process counts the same
+# requests; per process (in memory) in the embedded mode.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("CHANNELS_PREFIX", "cp") + "-cache",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+
+def _rate(name: str, default: str) -> str:
+    """A throttle rate `N/second|minute|hour|day` (DRF's and the `limits` package's common form)."""
+    value = env_str(name, default).strip()
+    if not re.fullmatch(r"[1-9][0-9]*/(second|minute|hour|day)", value):
+        raise EnvError(f"{name}: expected a rate like 60/minute (per second, minute, hour or day); got {value!r}")
+    return value
+
+
+# REST API throttling (controlplane/lib/throttling.py): anonymous requests that reach a view open to them (the token
+# endpoint) per client address, and signed-in requests per user. Requests refused by authentication or permissions
+# are not counted.
+API_THROTTLE_ANON = _rate("API_THROTTLE_ANON", "60/minute")
+API_THROTTLE_USER = _rate("API_THROTTLE_USER", "1200/minute")
+# Agents' WebSocket: failed node-token attempts per client address before that address is refused for the rest of
+# the window (valid tokens included), counted by the `limits` package in Redis (in memory without it).
+AGENT_AUTH_FAILURE_RATE = _rate("AGENT_AUTH_FAILURE_RATE", "10/minute")
+
 REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_CLASSES": [
+        "controlplane.lib.throttling.AnonRateThrottle",
+        "controlplane.lib.throttling.UserRateThrottle",
+    ],
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
@@ -251,6 +315,16 @@ SPECTACULAR_SETTINGS = {
 # Template documents above this size are refused before parsing.
 TEMPLATE_MAX_BYTES = env_int("TEMPLATE_MAX_BYTES", 256 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(TEMPLATE_MAX_BYTES * 4, 2_621_440)
+# Largest multipart body: the 20 MiB dataset or log file plus the form's other fields and the multipart framing.
+# Bodies over their limit get 413 before they are read (controlplane/lib/body_limit.py).
+UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 21 * 1024 * 1024)
+if UPLOAD_MAX_BYTES < DATA_UPLOAD_MAX_MEMORY_SIZE:
+    raise EnvError(f"UPLOAD_MAX_BYTES: must be at least {DATA_UPLOAD_MAX_MEMORY_SIZE} (DATA_UPLOAD_MAX_MEMORY_SIZE)")
+FILE_UPLOAD_HANDLERS = [
+    "controlplane.lib.body_limit.BoundedUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

@@ -66,5 +66,5 @@ class TokenIssue(APIView):
     )
     def post(self, request):
         data = validated(serializers.TokenRequestSerializer, request.data)
-        token = services.user_token_issue(**data)
+        token = services.user_token_issue(request=request._request, **data)
         return Response({"token": token.key, "username": token.user.username, "role": token.user.role}, status=201)

@@ -4,6 +4,7 @@ from django.contrib.auth import authenticate
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.http import HttpRequest
 from rest_framework.authtoken.models import Token
 
 from controlplane.accounts.models import User
@@ -64,9 +65,12 @@ def user_update(*, actor, user: User, role: str | None = None, is_active: bool |
 
 
 @mutating_service
-def user_token_issue(*, username: str, password: str) -> Token:
-    """Exchange a password for a fresh API token; the previous token stops working."""
-    user = authenticate(username=username, password=password)
+def user_token_issue(*, request: HttpRequest, username: str, password: str) -> Token:
+    """Exchange a password for a fresh API token; the previous token stops working.
+
+    `request` is the HTTP request asking: failed attempts count per user name and client address, and a locked-out
+    pair is refused without checking the password (django-axes; the lockout answer is its middleware's 429)."""
+    user = authenticate(request, username=username, password=password)
     if user is None:
         raise BadCredentials("username or password is wrong, or the user is inactive")
     with transaction.atomic():

@@ -2,6 +2,7 @@
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
@@ -11,8 +12,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from controlplane.lib.body_limit import too_large_message
 from controlplane.lib.errors import DomainError
-from controlplane.lib.parsers import PayloadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,12 @@ def exception_handler(exc, context):
         response["Retry-After"] = str(DATABASE_UNAVAILABLE_RETRY_AFTER_S)
         return response
     if isinstance(exc, RequestDataTooBig):
-        exc = PayloadTooLarge()
+        # Django's own refusal of a JSON or form body over DATA_UPLOAD_MAX_MEMORY_SIZE, before reading it.
+        request = context.get("request")
+        declared = (request.META.get("CONTENT_LENGTH") if request is not None else "") or ""
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        message = too_large_message("body", int(declared) if declared.isdigit() else None, limit)
+        return Response({"error": message, "code": "too_large", "detail": {"limit_bytes": limit}}, status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -4,14 +4,16 @@ from django.conf import settings
 from rest_framework import parsers, status
 from rest_framework.exceptions import APIException, ParseError
 
+from controlplane.lib.body_limit import too_large_message
+
 
 class PayloadTooLarge(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_code = "too_large"
 
-    def __init__(self, hint: str = "send files as multipart uploads"):
+    def __init__(self, hint: str = "send files as multipart uploads", *, field: str = "body", size: int | None = None):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        super().__init__(f"request body: larger than the limit of {limit} bytes; {hint}")
+        super().__init__(f"{too_large_message(field, size, limit)}; {hint}")
 
 
 class JSONParser(parsers.JSONParser):
@@ -21,7 +23,7 @@ class JSONParser(parsers.JSONParser):
         request = (parser_context or {}).get("request")
         length = request.META.get("CONTENT_LENGTH") if request is not None else None
         if length and length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            raise PayloadTooLarge()
+            raise PayloadTooLarge(size=int(length))
         try:
             return super().parse(stream, media_type, parser_context)
         except RecursionError:

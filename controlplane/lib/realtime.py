@@ -125,11 +125,18 @@ class NodesUpdated(TypedDict):
     nodes: list[dict]
 
 
+class CanaryPolicy(TypedDict):
+    nodes: list[str]  # the canary nodes of the pool's active rollout, which get this bundle instead
+    hash: str
+    text: str
+
+
 class PolicyPush(TypedDict):
-    type: str  # "policy.push": AgentConsumer.policy_push forwards `text` as is
+    type: str  # "policy.push": AgentConsumer.policy_push forwards `text` (or, to a canary node, `canary.text`) as is
     pool: str
     hash: str  # sha256 of the bundle's canonical content
     text: str  # the agent-facing policy bundle, already JSON
+    canary: CanaryPolicy | None  # during a rollout whose whitelist pins differ from the rest of the pool's
 
 
 def metrics_fleet_group() -> str:

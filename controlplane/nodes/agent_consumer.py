@@ -9,7 +9,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from controlplane.lib import loop_health, realtime
+from controlplane.lib import loop_health, realtime, throttling
 from controlplane.metrics.services.ingest import sample_ingestor
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher, warmup_batcher
 from controlplane.nodes.services import agent_policy, agent_sessions, cleanup
@@ -56,8 +56,16 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self.close(code=INTERNAL_ERROR)
 
     async def connect(self):
+        # Failed token attempts are counted per client address (behind a proxy, run daphne with --proxy-headers);
+        # once over the limit the address is refused unheard, valid token or not, until its window moves on.
+        address = (self.scope.get("client") or ("unknown",))[0]
+        if await database_sync_to_async(throttling.agent_auth_blocked)(address):
+            log.warning("refusing %s: too many failed node-token attempts", address)
+            await self.close(code=UNAUTHORIZED)
+            return
         node = await self._db(agent_sessions.node_authenticate, token=_bearer(self.scope))
         if node is None:
+            await database_sync_to_async(throttling.agent_auth_failed)(address)
             await self.close(code=UNAUTHORIZED)
             return
         self.node_id = node.pk
@@ -204,7 +212,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=event["text"])
 
     async def policy_push(self, event):
-        await self.send(text_data=event["text"])
+        canary = event.get("canary")
+        await self.send(text_data=canary["text"] if canary and self.node_name in canary["nodes"] else event["text"])
 
     async def intent_model_published(self, event):
         wanted = event["sha256"] or agent_policy.builtin_intent_model_sha256()
@@ -226,7 +235,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def _sync_policy(self, *, policy_hash: str, model_sha256: str) -> None:
         """After hello: send the bundle and the intent model unless the agent already has them."""
         self.model_sha256 = model_sha256
-        text, current_hash, model_ref = await self._db(agent_policy.policy_text, pool_name=self.pool_name)
+        text, current_hash, model_ref = await self._db(
+            agent_policy.policy_text, pool_name=self.pool_name, node_name=self.node_name
+        )
         if current_hash != policy_hash:
             await self.send(text_data=text)
         await self.intent_model_published(

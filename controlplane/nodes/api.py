@@ -9,7 +9,7 @@ from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.openapi import conflict, not_found
 from controlplane.lib.serializers import validated
-from controlplane.nodes import selectors, serializers
+from controlplane.nodes import selectors, serializers, whitelist_pins
 from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.nodes.services import pools as services
 from controlplane.params.diff import needs_restart
@@ -81,7 +81,7 @@ class PoolPublish(APIView):
 
 
 class PoolRollbackPreview(APIView):
-    """What a rollback would change, field by field, before anyone confirms it."""
+    """What a rollback would change, field by field and pinned whitelist by whitelist, before anyone confirms it."""
 
     @extend_schema(
         parameters=[OpenApiParameter("template", str), OpenApiParameter("version", int)],
@@ -94,11 +94,13 @@ class PoolRollbackPreview(APIView):
         else:
             target = selectors.pool_previous_version(pool=pool)
         changes = selectors.pool_change_preview(pool=pool, version=target) if target else []
-        return Response(
-            serializers.PreviewSerializer(
-                {"target": target, "needs_restart": needs_restart(changes), "changes": [c.as_dict() for c in changes]}
-            ).data
-        )
+        preview = {
+            "target": target,
+            "needs_restart": needs_restart(changes),
+            "changes": [c.as_dict() for c in changes],
+            "whitelists": whitelist_pins.rollback_whitelist_preview(pool, target) if target else [],
+        }
+        return Response(serializers.PreviewSerializer(preview).data)
 
 
 class PoolRollback(APIView):

@@ -66,6 +66,9 @@ class PoolRelease(models.Model):
     # Set only when an SRE sent a version to production without a prior non-production release.
     override_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The version of each whitelist the template version names, as of the release: a production pool's gateways use
+    # these, so a whitelist edit reaches production only through a publish (controlplane/nodes/whitelist_pins.py).
+    whitelist_versions = models.ManyToManyField("params.WhitelistVersion", blank=True, related_name="releases")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -1,4 +1,4 @@
-"""Events about pools and nodes: releases and node changes to browsers, config and commands to agents."""
+"""Events about pools and nodes: releases and node changes to browsers, config, bundles and commands to agents."""
 
 import json
 
@@ -44,6 +44,16 @@ def pool_released(release, node_ids: list[int] | None = None) -> None:
         realtime.send([realtime.agents_group(release.pool.name)], config_message(release.version))
     else:
         config_to_nodes(node_ids, release.version)
+    policy_to_pool(release.pool)
+
+
+def policy_to_pool(pool) -> None:
+    """A production pool's nodes use the whitelist versions of the release they run: its bundle follows releases
+    and canary stages (a non-production pool's follows whitelist edits instead, and does not change here)."""
+    if pool.is_production:
+        from controlplane.operations.policy_bundle import push_policy  # here: operations builds on nodes
+
+        push_policy([pool])
 
 
 def config_to_nodes(node_ids: list[int], version) -> None:

@@ -14,7 +14,9 @@ from controlplane.params.models import TemplateVersion
 
 
 def pool_timeline(*, pool: Pool) -> QuerySet[PoolRelease]:
-    return pool.releases.select_related("version__template", "previous_version__template", "actor")
+    return pool.releases.select_related("version__template", "previous_version__template", "actor").prefetch_related(
+        "whitelist_versions__whitelist"
+    )
 
 
 def pool_rollback_targets(*, pool: Pool) -> list[TemplateVersion]:

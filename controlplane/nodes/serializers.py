@@ -4,6 +4,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.lib.serializers import JSONObjectField, ObjectListField, SlugNameField, StrictSerializer
+from controlplane.nodes import whitelist_pins
 from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout, VersionRun
 from controlplane.nodes.selectors import cleanup_figures, command_waiting_for
 from controlplane.params.serializers import FieldChangeSerializer
@@ -19,10 +20,32 @@ class VersionRefSerializer(serializers.Serializer):
 
 class PoolSerializer(serializers.ModelSerializer):
     desired_version = VersionRefSerializer(allow_null=True, help_text="null until a first publish")
+    whitelists = serializers.SerializerMethodField()
+    whitelist_changes = serializers.SerializerMethodField()
 
     class Meta:
         model = Pool
-        fields = ["name", "description", "is_production", "desired_version", "soak_s", "created_at"]
+        fields = [
+            "name",
+            "description",
+            "is_production",
+            "desired_version",
+            "whitelists",
+            "whitelist_changes",
+            "soak_s",
+            "created_at",
+        ]
+
+    def get_whitelists(self, pool) -> dict[str, int] | None:
+        """`{"legal": 3}`: the versions a production pool's latest release pinned; null where the pool follows the
+        latest versions (non-production)."""
+        if not pool.is_production:
+            return None
+        return whitelist_pins.pins_summary(whitelist_pins.release_pins(whitelist_pins.latest_release(pool)))
+
+    def get_whitelist_changes(self, pool) -> list[dict]:
+        """`[{"whitelist", "pinned", "latest"}]`: edits since the pool's release that a republish would pick up."""
+        return whitelist_pins.pool_whitelist_changes(pool)
 
 
 class PoolCreateSerializer(StrictSerializer):
@@ -36,6 +59,7 @@ class ReleaseSerializer(serializers.ModelSerializer):
     version = VersionRefSerializer()
     previous_version = VersionRefSerializer(allow_null=True)
     actor = serializers.CharField(source="actor_name")
+    whitelists = serializers.SerializerMethodField()
 
     class Meta:
         model = PoolRelease
@@ -45,11 +69,16 @@ class ReleaseSerializer(serializers.ModelSerializer):
             "kind",
             "version",
             "previous_version",
+            "whitelists",
             "actor",
             "reason",
             "override_reason",
             "created_at",
         ]
+
+    def get_whitelists(self, release) -> dict[str, int]:
+        """`{"legal": 3}`: the whitelist versions the release pinned."""
+        return {v.whitelist.name: v.number for v in release.whitelist_versions.all()}
 
 
 class PublishSerializer(StrictSerializer):
@@ -72,10 +101,19 @@ class RollbackSerializer(StrictSerializer):
         return attrs
 
 
+class WhitelistPinChangeSerializer(serializers.Serializer):
+    """A whitelist whose pinned version changes; null where it is not pinned on that side."""
+
+    whitelist = serializers.CharField()
+    before = serializers.IntegerField(allow_null=True)
+    after = serializers.IntegerField(allow_null=True)
+
+
 class PreviewSerializer(serializers.Serializer):
     target = VersionRefSerializer(allow_null=True, help_text="null when there is nothing to roll back to")
     needs_restart = serializers.BooleanField()
     changes = FieldChangeSerializer(many=True)
+    whitelists = WhitelistPinChangeSerializer(many=True)
 
 
 class NodeCreateSerializer(StrictSerializer):

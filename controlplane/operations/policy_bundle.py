@@ -1,9 +1,12 @@
 """The policy bundle: runtime state a pool's gateways need beside the template, pushed to its agents.
 
-The bundle carries what is not part of a template version: the scenario lists of every whitelist,
+The bundle carries what is not part of a template version: the scenario lists of the whitelists (pinned by the
+release a production pool's node runs, the latest ones on a non-production pool: controlplane/nodes/whitelist_pins.py),
 the conversation overrides in effect, the pool's degradation state, its published intent model and the gateway
 client keys its nodes accept (as sha256 hashes).
 Each section is built by its own function of the pool, so a new source replaces one function and nothing else.
+During a canary rollout on a production pool, the canary nodes may pin other whitelist versions than the rest: the
+push then carries a second bundle for them.
 """
 
 import hashlib
@@ -11,20 +14,22 @@ import json
 from collections.abc import Iterable
 
 from django.apps import apps
-from django.db.models import F
 
 from controlplane.lib import realtime
-from controlplane.nodes.models import ClientKey, Pool
+from controlplane.nodes import whitelist_pins
+from controlplane.nodes.models import ClientKey, Pool, Rollout
 from controlplane.operations.models import ConversationOverride
 from controlplane.operations.selectors import active_overrides
-from controlplane.params.models import WhitelistVersion
 
 
-def policy_bundle(pool: Pool, *, whitelists: dict[str, list[str]] | None = None, now=None) -> dict:
-    """`{"type": "policy", "hash", "content"}` for one pool; `hash` is the sha256 of the canonical content."""
+def policy_bundle(
+    pool: Pool, *, canary: bool = False, whitelists: dict[str, list[str]] | None = None, now=None
+) -> dict:
+    """`{"type": "policy", "hash", "content"}` for one pool's nodes (its canary nodes with `canary`); `hash` is the
+    sha256 of the canonical content."""
     content = {
         "pool": pool.name,
-        "whitelists": whitelists_section() if whitelists is None else whitelists,
+        "whitelists": whitelists_section(pool, canary=canary) if whitelists is None else whitelists,
         "overrides": overrides_section(pool, now=now),
         "degradation": degradation_section(pool),
         "intent_model": intent_model_section(pool),
@@ -38,10 +43,11 @@ def content_hash(content: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def whitelists_section() -> dict[str, list[str]]:
-    """The latest scenario list of every whitelist, by name."""
-    latest = WhitelistVersion.objects.filter(number=F("whitelist__latest_number")).select_related("whitelist")
-    return {v.whitelist.name: list(v.scenarios) for v in sorted(latest, key=lambda v: v.whitelist.name)}
+def whitelists_section(pool: Pool | None = None, *, canary: bool = False) -> dict[str, list[str]]:
+    """Scenario lists by whitelist name: pinned on a production pool, the latest ones elsewhere (and with no pool)."""
+    if pool is None:
+        return whitelist_pins.scenario_lists(whitelist_pins.latest_versions())
+    return whitelist_pins.pool_whitelists(pool, canary=canary)
 
 
 def overrides_section(pool: Pool, *, now=None) -> list[dict]:
@@ -110,20 +116,34 @@ def client_keys_section(pool: Pool) -> list[dict]:
     ]
 
 
-def policy_message(pool: Pool, *, whitelists: dict[str, list[str]] | None = None) -> realtime.PolicyPush:
-    """The `policy.push` event for the pool's agents; `text` is the bundle as JSON, encoded once for all agents."""
-    bundle = policy_bundle(pool, whitelists=whitelists)
-    return {
+def policy_message(pool: Pool, *, latest: dict[str, list[str]] | None = None) -> realtime.PolicyPush:
+    """The `policy.push` event for the pool's agents; `text` is the bundle as JSON, encoded once for all agents, and
+    `canary` the canary nodes' own bundle while their whitelist pins differ from the rest of the pool's.
+
+    `latest`: the latest scenario lists, computed once when many pools are pushed (non-production pools use them)."""
+    bundle = policy_bundle(pool, whitelists=None if pool.is_production else latest)
+    message: realtime.PolicyPush = {
         "type": "policy.push",
         "pool": pool.name,
         "hash": bundle["hash"],
         "text": json.dumps(bundle, ensure_ascii=False),
+        "canary": None,
     }
+    rollout = Rollout.objects.filter(pool_id=pool.pk, state__in=Rollout.ACTIVE).first() if pool.is_production else None
+    if rollout is not None:
+        canary = policy_bundle(pool, canary=True)
+        if canary["hash"] != bundle["hash"]:
+            message["canary"] = {
+                "nodes": rollout.canary_nodes,
+                "hash": canary["hash"],
+                "text": json.dumps(canary, ensure_ascii=False),
+            }
+    return message
 
 
 def push_policy(pools: Iterable[Pool] | None) -> None:
-    """Send each pool's current bundle to its agents' group; None means every pool (a whitelist changed)."""
+    """Send each pool's current bundle to its agents' group; None means every pool."""
     pools = Pool.objects.all() if pools is None else pools
-    whitelists = whitelists_section()
+    latest = whitelists_section()
     for pool in pools:
-        realtime.send([realtime.agents_group(pool.name)], policy_message(pool, whitelists=whitelists))
+        realtime.send([realtime.agents_group(pool.name)], policy_message(pool, latest=latest))

@@ -1,6 +1,7 @@
 """User services: creation rules, role changes, self-lockout protection and API tokens."""
 
 import pytest
+from django.test import RequestFactory
 from rest_framework.authtoken.models import Token
 
 from controlplane.accounts.models import User
@@ -11,6 +12,10 @@ from controlplane.lib.errors import Conflict, InvalidField
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
+
+
+def token_request():
+    return RequestFactory().post("/api/v1/auth/token/")
 
 
 def test_permission_map_names_every_action_and_admin_holds_all():
@@ -57,15 +62,15 @@ def test_admins_cannot_lock_themselves_out(admin_user, change):
 
 
 def test_deactivation_revokes_api_tokens(admin_user, oncall):
-    user_token_issue(username="oncall", password=PASSWORD)
+    user_token_issue(request=token_request(), username="oncall", password=PASSWORD)
     user_update(actor=admin_user, user=oncall, is_active=False)
     assert not Token.objects.filter(user=oncall).exists()
     with pytest.raises(BadCredentials):
-        user_token_issue(username="oncall", password=PASSWORD)
+        user_token_issue(request=token_request(), username="oncall", password=PASSWORD)
 
 
 def test_a_new_token_replaces_the_old_one(oncall):
-    first = user_token_issue(username="oncall", password=PASSWORD)
-    second = user_token_issue(username="oncall", password=PASSWORD)
+    first = user_token_issue(request=token_request(), username="oncall", password=PASSWORD)
+    second = user_token_issue(request=token_request(), username="oncall", password=PASSWORD)
     assert first.key != second.key
     assert list(Token.objects.filter(user=oncall).values_list("key", flat=True)) == [second.key]

@@ -161,6 +161,7 @@ def test_rollback_preview_lists_field_changes_with_hot_and_cold(world, api_for, 
         "target": {"template": "chat", "number": 2, "hash": world["v2"].content_hash},
         "needs_restart": True,
         "changes": [{"path": "engine.max_num_seqs", "old": 32, "new": 64, "apply": "cold"}],
+        "whitelists": [],  # staging follows the latest whitelists either way
     }
     to_v1 = client.get("/api/v1/pools/staging/rollback-preview/", {"template": "chat", "version": 1}).json()
     assert to_v1["target"]["number"] == 1
@@ -180,7 +181,7 @@ def test_hot_only_rollback_preview_needs_no_restart(world, api_for):
 
 def test_rollback_preview_without_history_is_empty(world, api_for):
     preview = api_for("agent").get("/api/v1/pools/prod-main/rollback-preview/").json()
-    assert preview == {"target": None, "needs_restart": False, "changes": []}
+    assert preview == {"target": None, "needs_restart": False, "changes": [], "whitelists": []}
 
 
 def test_history_timeline_is_newest_first(world, api_for, v3):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from django.test import RequestFactory
 from django.utils import timezone
 
 import controlplane
@@ -407,7 +408,9 @@ CASES: dict[str, Case] = {
         "user.token_issue",
         "oncall",
         "",
-        lambda w: accounts.user_token_issue(username="oncall", password=PASSWORD),
+        lambda w: accounts.user_token_issue(
+            request=RequestFactory().post("/api/v1/auth/token/"), username="oncall", password=PASSWORD
+        ),
     ),
     "controlplane.params.services.templates.template_create": Case(
         "template.create", "agent", "", lambda w: templates.template_create(actor=w["agent"], name="fresh")

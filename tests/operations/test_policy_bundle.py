@@ -27,12 +27,12 @@ def canonical_sha256(content: dict) -> str:
 
 
 def test_bundle_of_a_quiet_pool(world):
-    bundle = policy_bundle(world["prod"])
+    bundle = policy_bundle(world["staging"])
     assert bundle == {
         "type": "policy",
         "hash": canonical_sha256(bundle["content"]),
         "content": {
-            "pool": "prod-main",
+            "pool": "staging",
             "whitelists": {"legal": ["legal", "legal_policy"]},
             "overrides": [],
             "degradation": {"active": False, "cause": "", "reason": "", "since": None, "speculative_decoding": True},
@@ -40,6 +40,8 @@ def test_bundle_of_a_quiet_pool(world):
             "client_keys": [],
         },
     }
+    # A production pool's whitelists come with its releases: nothing published yet, none.
+    assert policy_bundle(world["prod"])["content"]["whitelists"] == {}
 
 
 def test_bundle_lists_the_overrides_in_effect_on_the_pool(world):
@@ -108,8 +110,10 @@ def test_hash_is_deterministic_and_follows_every_change(world):
     assert with_override["hash"] == canonical_sha256(with_override["content"])
     override_revoke(actor=world["agent"], override=override, reason="done")
     assert policy_bundle(world["prod"])["hash"] == first["hash"], "revoking returns to the same bundle"
+    staging = policy_bundle(world["staging"])["hash"]
     whitelist_version_create(actor=world["agent"], whitelist=world["legal"], scenarios=["legal"], base_number=1)
-    assert policy_bundle(world["prod"])["hash"] != first["hash"]
+    assert policy_bundle(world["staging"])["hash"] != staging, "non-production pools follow whitelist edits"
+    assert policy_bundle(world["prod"])["hash"] == first["hash"], "production pools keep their release's pins"
 
 
 def test_intent_model_comes_from_the_datasets_app_when_it_has_one(world, monkeypatch):

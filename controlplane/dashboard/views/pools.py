@@ -10,7 +10,7 @@ from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import pool_charts
 from controlplane.lib.errors import DomainError, InvalidField
-from controlplane.nodes import selectors
+from controlplane.nodes import selectors, whitelist_pins
 from controlplane.nodes.gate import version_gate, version_gates
 from controlplane.nodes.models import ClientKey, NodeCommand, Pool
 from controlplane.nodes.services import client_keys
@@ -70,6 +70,8 @@ def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
             ],
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
             "previous": selectors.pool_previous_version(pool=pool),
+            "pinned": whitelist_pins.release_pins(whitelist_pins.latest_release(pool)),
+            "whitelist_changes": whitelist_pins.pool_whitelist_changes(pool),
             "rollout": selectors.pool_rollout(pool=pool, now=now),
             "canary": _canary(pool),
             "canary_stages_text": stages_text(pool.canary_stages),
@@ -135,6 +137,7 @@ def pool_rollback(request, name):
             "target_ref": target.ref,
             "changes": changes,
             "needs_restart": needs_restart(changes),
+            "whitelist_changes": whitelist_pins.rollback_whitelist_preview(pool, target),
             "form": form,
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
         },

@@ -6,6 +6,7 @@ Unaudited reads for the agent connection: sent on hello when the agent reports s
 import functools
 import json
 
+from controlplane.nodes import whitelist_pins
 from controlplane.nodes.models import Pool
 from controlplane.operations.policy_bundle import policy_bundle
 from engine_node.policy.intent import MODEL_PATH
@@ -17,10 +18,11 @@ def builtin_intent_model_sha256() -> str:
     return json.loads(MODEL_PATH.read_text(encoding="utf-8"))["sha256"]
 
 
-def policy_text(*, pool_name: str) -> tuple[str, str, dict | None]:
-    """(bundle JSON text, its hash, the intent model reference in it) for a pool."""
+def policy_text(*, pool_name: str, node_name: str) -> tuple[str, str, dict | None]:
+    """(bundle JSON text, its hash, the intent model reference in it) for a node of a pool (a canary node of a
+    rollout gets the whitelists its release pinned)."""
     pool = Pool.objects.get(name=pool_name)
-    bundle = policy_bundle(pool)
+    bundle = policy_bundle(pool, canary=pool.is_production and whitelist_pins.is_canary_node(pool, node_name))
     return json.dumps(bundle, ensure_ascii=False), bundle["hash"], bundle["content"]["intent_model"]
 
 

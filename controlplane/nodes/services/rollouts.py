@@ -18,7 +18,7 @@ from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, InvalidField, required_text
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.selectors import window_values
-from controlplane.nodes import realtime
+from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
 
 # Canary P99 above baseline × this (and above the warning line) fails; so does any P99 above the critical line.
@@ -397,6 +397,8 @@ def _promote(rollout: Rollout, evidence: dict) -> None:
     rollout.save(update_fields=["evidence", "stage_index", "stage_nodes", "stage_started_at", "stage_acked_at"])
     node_ids, version = [node.pk for node in added], rollout.to_version
     transaction.on_commit(lambda: realtime.config_to_nodes(node_ids, version))
+    # The added nodes now use the rollout's whitelist pins too.
+    transaction.on_commit(lambda: realtime.policy_to_pool(pool))
 
 
 def _record(rollout: Rollout, evidence: dict) -> None:
@@ -426,11 +428,16 @@ def _roll_back(
     pool = rollout.pool
     rollout.state, rollout.finished_at, rollout.outcome = state, timezone.now(), reason[:2000]
     rollout.save(update_fields=["state", "finished_at", "outcome"])
+    # Back to the whitelists the baseline nodes kept using: those of the release before the rollout's.
+    before = whitelist_pins.release_before(rollout.release)
     release = release_record(
         pool=pool,
         actor=actor,
         kind=PoolRelease.Kind.ROLLBACK,
         version=rollout.from_version,
+        whitelist_versions=whitelist_pins.release_pins(before)
+        if before
+        else whitelist_pins.pins_for(rollout.from_version),
         reason=reason,
         audit_after={"rollout": rollout.pk, "canary_nodes": rollout.canary_nodes, "evidence": evidence},
         audited=audited,

@@ -1,4 +1,4 @@
-"""Creating whitelists and saving new versions of their scenario lists."""
+"""Creating whitelists and saving new versions of their scenario lists (production gets them through a publish)."""
 
 from django.db import IntegrityError, transaction
 
@@ -45,7 +45,7 @@ def whitelist_create(*, actor, name: str, scenarios: list, description: str = ""
         audit_record(
             actor=actor, action="whitelist.create", target=whitelist, after={"scenarios": scenarios}, reason=comment
         )
-        transaction.on_commit(_push_policy_to_every_pool)
+        transaction.on_commit(_push_policy_to_non_production_pools)
     return whitelist
 
 
@@ -81,7 +81,7 @@ def whitelist_version_create(
             after={"scenarios": scenarios},
             reason=comment,
         )
-        transaction.on_commit(_push_policy_to_every_pool)
+        transaction.on_commit(_push_policy_to_non_production_pools)
     whitelist.latest_number = locked.latest_number
     return version
 
@@ -90,8 +90,10 @@ def _scenarios(whitelist: Whitelist) -> list[str]:
     return whitelist.versions.get(number=whitelist.latest_number).scenarios
 
 
-def _push_policy_to_every_pool() -> None:
-    """Every pool's gateways read the scenario lists from the policy bundle."""
-    from controlplane.operations.policy_bundle import push_policy  # here: operations builds on params
+def _push_policy_to_non_production_pools() -> None:
+    """Non-production pools follow the latest whitelists; production pools keep their release's pinned versions
+    until an SRE publishes (controlplane/nodes/whitelist_pins.py), so nothing is sent to them."""
+    from controlplane.nodes.models import Pool  # here: nodes and operations build on params
+    from controlplane.operations.policy_bundle import push_policy
 
-    push_policy(None)
+    push_policy(Pool.objects.filter(is_production=False))
