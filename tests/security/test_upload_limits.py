@@ -23,7 +23,8 @@ def test_a_json_body_over_the_limit_is_refused_naming_the_field_and_the_limit(ap
     refused = api_for("agent").post("/api/v1/intent-datasets/", body, format="json")
     assert refused.status_code == 413
     assert refused.json()["error"].startswith("content: ")
-    assert f"over the limit of {limit} bytes (2.5 MiB); send a larger dataset as a multipart `file`" in refused.json()["error"]
+    expected = f"over the limit of {limit} bytes (2.5 MiB); send a larger dataset as a multipart `file`"
+    assert expected in refused.json()["error"]
     template = api_for("agent").post("/api/v1/validate/", {"document": {"x": "y" * limit}}, format="json")
     assert template.status_code == 413
     assert template.json()["error"].startswith("body: ")
