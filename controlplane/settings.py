@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "channels",
     "controlplane.accounts",
     "controlplane.audit",
+    "controlplane.catalog",
     "controlplane.params",
     "controlplane.nodes",
     "controlplane.datasets",

@@ -29,6 +29,8 @@ class Action(models.TextChoices):
     OVERRIDE_SET = "override.set"
     WARMUP_WRITE = "warmup.write"
     WARMUP_ASSIGN = "warmup.assign"
+    MODEL_WRITE = "model.write"
+    MODEL_TRUST_REMOTE_CODE = "model.trust_remote_code"
 
 
 _ALL = frozenset(Role)
@@ -56,6 +58,10 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # Building warmup sets from what customers ask is tuning work; what a pool's nodes replay is an operator's call.
     Action.WARMUP_WRITE: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
     Action.WARMUP_ASSIGN: frozenset({Role.SRE, Role.ADMIN}),
+    # What weights a GPU host loads is an operator's call; templates only name catalog entries.
+    Action.MODEL_WRITE: frozenset({Role.SRE, Role.ADMIN}),
+    # trust_remote_code runs the model repository's Python on every node that loads it.
+    Action.MODEL_TRUST_REMOTE_CODE: frozenset({Role.ADMIN}),
 }
 
 

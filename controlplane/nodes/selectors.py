@@ -41,8 +41,15 @@ def version_ids_on_non_production() -> set[int]:
 
 def pool_change_preview(*, pool: Pool, version: TemplateVersion) -> list[FieldChange]:
     """What would change on the pool's nodes if `version` became desired."""
-    current = pool.desired_version.effective_params if pool.desired_version else {}
-    return params_diff(current, version.effective_params)
+    current = pool.desired_version
+    if current is None:
+        return params_diff({}, version.effective_params)
+    return params_diff(
+        current.effective_params,
+        version.effective_params,
+        old_models=current.pinned_models,
+        new_models=version.pinned_models,
+    )
 
 
 def node_summary(*, node, now) -> dict:

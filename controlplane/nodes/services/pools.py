@@ -4,6 +4,8 @@ from django.db import IntegrityError, transaction
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.catalog.exceptions import ModelReferenceRefused
+from controlplane.catalog.resolution import pinned_problems
 from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, required_text
 from controlplane.nodes import realtime
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
@@ -30,10 +32,18 @@ def pool_create(*, actor, name: str, is_production: bool, description: str = "")
     return pool
 
 
+def _check_models(version: TemplateVersion) -> None:
+    """The version's pinned model catalog entries may still go to the nodes (controlplane/catalog/resolution.py)."""
+    problems = pinned_problems(version.effective_params, version.pinned_models or {})
+    if problems:
+        raise ModelReferenceRefused(problems)
+
+
 @mutating_service
 def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = "") -> PoolRelease:
     """Make `version` the pool's desired version; production needs a prior non-production release or an override."""
     reason = required_text("reason", reason)
+    _check_models(version)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
         if locked.desired_version_id == version.pk:
@@ -91,6 +101,7 @@ def pool_rollback(*, actor, pool: Pool, reason: str, version: TemplateVersion | 
             raise Conflict(f"version: {version} is what {locked.name} runs now; nothing to roll back")
         elif version.pk not in {v.pk for v in pool_rollback_targets(pool=locked)}:
             raise InvalidField("version", f"{version} never ran on {locked.name}; publish it instead")
+        _check_models(version)
         # Rolling back during a canary ends it: every node, canary or not, goes to the rollback's version.
         ended = rollouts.rollout_end_active(
             pool=locked, state=Rollout.State.ABORTED, outcome=f"rolled back by {actor.get_username()}: {reason}"
