@@ -38,7 +38,8 @@ def model_list(request):
 def model_detail(request, name):
     """GET shows one model and the template versions naming it; POST saves an edit (with a reason)."""
     entry = selectors.model_entry_get(name=name)
-    form = forms.ModelEntryForm(request.POST or None)
+    initial = {key: getattr(entry, key) for key in forms.ModelEntryForm.ENTRY_FIELDS}
+    form = forms.ModelEntryForm(request.POST or None, initial=initial)
     status = 200
     if request.method == "POST":
         if form.is_valid():
