@@ -110,7 +110,7 @@ class AgentProcess:
 
 def engine_cmdline(pid: int) -> list[str]:
     """The engine child's argv, read from /proc."""
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
 
 
 def flag_value(args: list[str], flag: str) -> str | None:
