@@ -137,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
         "--engine-arg",
         action="append",
         default=_env("ENGINE_NODE_ENGINE_ARGS").split(),
-        help="extra base flag passed to vLLM on every start, repeatable, e.g. --engine-arg=--enforce-eager "
+        help="extra base flag passed to vLLM on every start as given (the operator's own, outside the option table "
+        "configs are held to), repeatable, e.g. --engine-arg=--enforce-eager "
         "[ENGINE_NODE_ENGINE_ARGS, space-separated]",
     )
     p.add_argument(
