@@ -59,7 +59,13 @@ def test_register_edit_and_trust_a_model(seeded, server_url, new_page, shot):
     edit.locator("button[type=submit]").click()
     page.get_by_text("Model tiny saved: revision.").wait_for()
     assert "an earlier state" in page.locator("[data-testid=model-usage]").inner_text()
+    # The version still runs what it pinned: revision v1.
+    page.click("[data-testid=model-usage] >> text=chat-default v2")
+    page.wait_for_url(f"{server_url}/templates/chat-default/v2/")
+    pinned = page.locator("[data-testid=pinned-models]").inner_text()
+    assert "engine.model" in pinned and "/srv/models/tiny" in pinned and "v1" in pinned
     assert version.pinned_models["engine.model"]["revision"] == "v1"
+    page.go_back()
 
     admin = new_page()
     login(admin, server_url, "admin")
