@@ -7,6 +7,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.catalog import selectors, serializers, services
+from controlplane.lib.openapi import conflict
 from controlplane.lib.serializers import validated
 
 
@@ -18,7 +19,10 @@ class ModelEntryList(generics.ListAPIView):
     required_action = Action.MODEL_WRITE
     filterset_fields = ["name", "is_draft_capable", "trust_remote_code"]
 
-    @extend_schema(request=serializers.ModelEntryCreateSerializer, responses={201: serializers.ModelEntrySerializer})
+    @extend_schema(
+        request=serializers.ModelEntryCreateSerializer,
+        responses={201: serializers.ModelEntrySerializer, 409: conflict("A model with that name is in the catalog.")},
+    )
     def post(self, request):
         data = validated(serializers.ModelEntryCreateSerializer, request.data)
         entry = services.model_entry_create(actor=request.user, **data)
