@@ -245,12 +245,15 @@ def control_plane_url_problem(url: str, *, insecure: bool) -> str | None:
 
 
 def _is_loopback(host: str) -> bool:
+    """Traffic to this host never leaves the machine: loopback, `localhost`, or the unspecified address (0.0.0.0,
+    which `make run` uses when it listens on every interface and which Linux connects to locally)."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return address.is_loopback or address.is_unspecified
 
 
 def from_args(argv: list[str] | None = None) -> AgentSettings:

@@ -16,6 +16,7 @@ from engine_node.settings import control_plane_url_problem, from_args
         "ws://127.8.9.10:8000/ws/agent/",
         "ws://localhost:8000/ws/agent/",
         "ws://[::1]:8000/ws/agent/",
+        "ws://0.0.0.0:8000/ws/agent/",
     ],
 )
 def test_tls_or_loopback_is_accepted(url):
