@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from controlplane.accounts import api as accounts
 from controlplane.alerts import api as alerts
 from controlplane.audit import api as audit
+from controlplane.catalog import api as catalog
 from controlplane.datasets import api as datasets
 from controlplane.metrics import api as metrics
 from controlplane.nodes import api as nodes
@@ -41,6 +42,8 @@ urlpatterns = [
         params.TemplateVersionExport.as_view(),
         name="template-version-export",
     ),
+    path("models/", catalog.ModelEntryList.as_view(), name="model-list"),
+    path("models/<str:name>/", catalog.ModelEntryDetail.as_view(), name="model-detail"),
     path("whitelists/", params.WhitelistList.as_view(), name="whitelist-list"),
     path("whitelists/<slug:name>/", params.WhitelistDetail.as_view(), name="whitelist-detail"),
     path("whitelists/<slug:name>/versions/", params.WhitelistVersionList.as_view(), name="whitelist-version-list"),

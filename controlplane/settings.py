@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "axes",
     "controlplane.accounts",
     "controlplane.audit",
+    "controlplane.catalog",
     "controlplane.params",
     "controlplane.nodes",
     "controlplane.datasets",

@@ -26,11 +26,13 @@ from engine_node.agent_documents import PushedDocuments
 from engine_node.agent_operations import NodeOperations
 from engine_node.cleanup import MemoryCleanup
 from engine_node.client_keys import load_key_file
-from engine_node.config import ConfigRejected, NodeConfig, engine_args
+from engine_node.config import ConfigRejected, NodeConfig, config_models, engine_args
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
+from engine_node.engine_flags import FlagRefused
 from engine_node.gateway import Gateway
 from engine_node.gpus import gpu_inventory
+from engine_node.model_sources import ModelAllowList
 from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.patterns import PatternRejected
 from engine_node.policy.rules import DEFAULT_STRICT_PATTERNS, Policy
@@ -38,6 +40,7 @@ from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSe
 from engine_node.settings import AgentSettings
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
+from engine_node.tokenizer_files import TokenizerMismatch, check_draft_tokenizer
 from engine_node.warmup import WarmupRunner
 
 log = logging.getLogger("engine_node.agent")
@@ -60,6 +63,12 @@ class Agent(PushedDocuments, NodeOperations):
         self.warmup = WarmupRunner(engine_url=lambda: self.engine.base_url)
         self._warmup_synced = asyncio.Event()
         self.config: NodeConfig | None = None
+        self.allow_list = ModelAllowList(
+            model_dirs=settings.model_dirs,
+            allowed=settings.allowed_models,
+            own_model=settings.model,
+            allow_trust_remote_code=settings.allow_trust_remote_code,
+        )
         self.bundle: dict | None = None
         self.classifier: IntentClassifier | None = None
         # The operator's stand-alone keys (--client-keys-file), accepted besides the pool's (docs/gateway-access.md).
@@ -126,6 +135,13 @@ class Agent(PushedDocuments, NodeOperations):
 
     async def start(self) -> None:
         self.config = self.store.load()
+        if self.config is not None:
+            try:
+                await self.vet(self.config)
+            except ConfigRejected as exc:
+                # The operator narrowed what this node may run since it was applied: start on the node's own model.
+                log.error("the last good config %s is refused now (%s); starting without it", self.config.label, exc)
+                self.config = None
         if self.config is not None:
             log.info("starting on the last good config %s", self.config.label)
         self.bundle = self.policy_store.load_bundle()
@@ -282,6 +298,13 @@ class Agent(PushedDocuments, NodeOperations):
                 metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
                 await self._reply("nack", config.hash, config.version, f"parameters: not a request policy: {exc!r}")
                 return
+            try:
+                await self.vet(config)
+            except ConfigRejected as exc:
+                metrics.CONFIG_APPLIES.labels(result="nack", kind="refused").inc()
+                log.error("config %s refused: %s", config.label, exc)
+                await self._reply("nack", config.hash, config.version, str(exc))
+                return
             new_args = self._engine_args(config)
             kind = "cold" if new_args != self.engine.args else "hot"
             previous = self.config
@@ -307,6 +330,24 @@ class Agent(PushedDocuments, NodeOperations):
             metrics.CONFIG_APPLIES.labels(result="ack", kind=kind).inc()
             log.info("applied %s (%s)", config.label, kind)
             await self._reply("ack", config.hash, config.version)
+
+    async def vet(self, config: NodeConfig) -> None:
+        """What the node checks before it runs a config's engine, whatever the control plane checked: every flag
+        value against the fixed table, every model against the operator's allow-list, and a draft model's tokenizer
+        files against the main model's. Raises ConfigRejected naming the template field."""
+        self._engine_args(config)
+        models = config_models(config, self.settings)
+
+        def on_disk() -> str:
+            # Paths resolve through the file system and tokenizer files are hashed: off the gateway's event loop.
+            try:
+                self.allow_list.check(models)
+                return check_draft_tokenizer(models, backend=self.settings.backend)
+            except (FlagRefused, TokenizerMismatch) as exc:
+                raise ConfigRejected(str(exc)) from None
+
+        note = await asyncio.to_thread(on_disk)
+        log.info("config %s: models allowed; %s", config.label, note)
 
     def _engine_args(self, config: NodeConfig | None) -> list[str]:
         """The engine flags of `config` under the current policy bundle: without speculative decoding while the

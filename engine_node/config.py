@@ -4,6 +4,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from engine_node import model_sources
+from engine_node.engine_flags import FlagRefused, render
+from engine_node.model_sources import MODEL_FIELD, ConfigModels, ModelEntry
 from engine_node.settings import AgentSettings
 
 
@@ -49,36 +52,70 @@ def content_hash(content: dict) -> str:
 
 
 def engine_args(config: NodeConfig | None, settings: AgentSettings, *, speculative: bool = True) -> list[str]:
-    """vLLM server flags for this config; the simulator accepts the same ones. `speculative` False leaves
-    speculative decoding out whatever the config says (a degraded pool whose template turns it off)."""
-    engine = config.content["engine"] if config else {}
-    spec = config.content["speculative"] if config else {}
-    args = ["--model", engine.get("model") or settings.model]
-    served = engine.get("served_model_name") or settings.served_model_name
-    if served:
-        args += ["--served-model-name", served]
-    if engine.get("tokenizer"):
-        args += ["--tokenizer", engine["tokenizer"]]
-    for key, flag in (
-        ("max_num_seqs", "--max-num-seqs"),
-        ("max_num_batched_tokens", "--max-num-batched-tokens"),
-        ("gpu_memory_utilization", "--gpu-memory-utilization"),
-        ("max_model_len", "--max-model-len"),
-        ("quantization", "--quantization"),
-    ):
-        if engine.get(key) is not None:
-            args += [flag, str(engine[key])]
-    if "enable_prefix_caching" in engine:
-        args.append("--enable-prefix-caching" if engine["enable_prefix_caching"] else "--no-enable-prefix-caching")
+    """vLLM server flags for this config, each one `--flag=value` element from the fixed table (engine_flags.py);
+    the simulator accepts the same ones. `speculative` False leaves speculative decoding out whatever the config
+    says (a degraded pool whose template turns it off). Raises ConfigRejected naming the field of a refused value."""
+    content = config.content if config else {}
+    try:
+        return _engine_args(content, settings, speculative=speculative)
+    except FlagRefused as exc:
+        raise ConfigRejected(str(exc)) from None
+
+
+def config_models(config: NodeConfig | None, settings: AgentSettings) -> ConfigModels:
+    """The resolved main and draft model of `config` (the node's own model without one); raises ConfigRejected."""
+    try:
+        return model_sources.config_models(config.content if config else {}, settings.model)
+    except FlagRefused as exc:
+        raise ConfigRejected(str(exc)) from None
+
+
+def _engine_args(content: dict, settings: AgentSettings, *, speculative: bool) -> list[str]:
+    engine, spec = content.get("engine") or {}, content.get("speculative") or {}
+    models = model_sources.config_models(content, settings.model)
+    main = models.main
+    candidates = [
+        ("model", main.source, MODEL_FIELD),
+        ("revision", main.revision, MODEL_FIELD),
+        ("tokenizer", main.tokenizer, MODEL_FIELD),
+        ("tokenizer_revision", main.tokenizer_revision, MODEL_FIELD),
+        ("trust_remote_code", main.trust_remote_code, MODEL_FIELD),
+        (
+            "served_model_name",
+            engine.get("served_model_name") or settings.served_model_name,
+            "engine.served_model_name",
+        ),
+    ]
+    candidates += [(key, engine.get(key), f"engine.{key}") for key in ENGINE_OPTIONS]
     if spec.get("enabled") and speculative:
-        args += ["--speculative-config", json.dumps(_speculative_config(spec), sort_keys=True)]
+        candidates.append(("speculative_config", _speculative_config(spec, models.draft), "speculative"))
+    args = []
+    for name, value, field in candidates:
+        if value is None or value == "":
+            continue
+        flag = render(name, value, field=field)
+        if flag is not None:
+            args.append(flag)
     return args + list(settings.engine_args)
 
 
-def _speculative_config(spec: dict) -> dict:
-    config = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
-    if spec["method"] == "draft_model":
-        config["model"] = spec["draft_model"]
-    elif spec["method"] == "ngram":
+# Template fields under `engine` that map one to one onto vLLM options of the same name.
+ENGINE_OPTIONS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "quantization",
+    "enable_prefix_caching",
+)
+
+
+def _speculative_config(spec: dict, draft: ModelEntry | None) -> dict:
+    config = {"method": spec.get("method"), "num_speculative_tokens": spec.get("num_speculative_tokens")}
+    if draft is not None:
+        config["model"] = draft.source
+        if draft.revision:
+            config["revision"] = draft.revision
+    elif spec.get("method") == "ngram":
         config["prompt_lookup_max"] = 4
     return config

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from engine_node.engine_env import engine_environment
 from engine_node.fragmentation import WORKER_EXTENSION, WORKER_EXTENSION_DIR
 from engine_node.settings import AgentSettings
 
@@ -56,9 +57,11 @@ class EngineProcess:
 
     @property
     def model_name(self) -> str:
-        for flag in ("--served-model-name", "--model"):
-            if flag in self.args:
-                return self.args[self.args.index(flag) + 1]
+        """The name requests must carry: the served name, else the model itself (vLLM's default)."""
+        for prefix in ("--served-model-name=", "--model="):
+            for arg in self.args:
+                if arg.startswith(prefix):
+                    return arg.removeprefix(prefix)
         return ""
 
     @property
@@ -66,18 +69,18 @@ class EngineProcess:
         return self._process.pid if self._process else None
 
     def command(self, args: list[str]) -> list[str]:
-        address = ["--host", "127.0.0.1", "--port", str(self.port)]
+        address = ["--host=127.0.0.1", f"--port={self.port}"]
         if self.settings.backend == "vllm":
             # The worker extension measures fragmentation and releases cached blocks (engine_node/fragmentation.py).
             server = [self.settings.engine_python, "-m", "vllm.entrypoints.openai.api_server"]
-            return [*server, *address, "--worker-extension-cls", WORKER_EXTENSION, *args]
-        profile = ["--profile", self.settings.simulator_profile] if self.settings.simulator_profile else []
+            return [*server, *address, f"--worker-extension-cls={WORKER_EXTENSION}", *args]
+        profile = [f"--profile={self.settings.simulator_profile}"] if self.settings.simulator_profile else []
         return [sys.executable, "-m", "engine_node.simulator", *address, *profile, *args]
 
     async def start(self, args: list[str]) -> None:
         """Spawn with these flags and return once a real request succeeds; raise EngineStartFailed otherwise."""
         self.args = list(args)
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        env = {**engine_environment(os.environ, extra=self.settings.engine_env), "VLLM_SERVER_DEV_MODE": "1"}
         if self.settings.backend == "vllm":
             # Only the extension's own directory: the vLLM interpreter need not have engine_node installed.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WORKER_EXTENSION_DIR), env.get("PYTHONPATH")]))

@@ -1,12 +1,15 @@
 """The agent's settings, from command-line flags with environment-variable defaults."""
 
 import argparse
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from engine_node.client_keys import KeyEntryInvalid, load_key_file
+from engine_node.engine_flags import FlagRefused, check_value
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,28 @@ class AgentSettings:
     session_grace_s: float = 5.0
     session_ttl_s: float = 120.0
     client_keys_file: Path | None = None
+    model_dirs: list[Path] = field(default_factory=list)
+    allowed_models: list[str] = field(default_factory=list)
+    allow_trust_remote_code: bool = False
+    engine_env: list[str] = field(default_factory=list)
+    insecure_control_plane: bool = False
 
 
 def _env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
+
+
+def _env_bool(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SystemExit(f"{name}: must be 1/true/yes/on or 0/false/no/off, got {os.environ[name]!r}")
+
+
+def _env_list(name: str, separator: str | None = None) -> list[str]:
+    return [item.strip() for item in _env(name).split(separator) if item.strip()]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,8 +74,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--control-plane-url",
         default=_env("ENGINE_NODE_CONTROL_PLANE_URL"),
-        help="WebSocket URL of the control plane's agent endpoint, e.g. ws://cp:8000/ws/agent/ "
-        "[ENGINE_NODE_CONTROL_PLANE_URL]; empty runs stand-alone on the last good config",
+        help="WebSocket URL of the control plane's agent endpoint, e.g. wss://cp.example.com/ws/agent/ "
+        "(ws:// only to a loopback address unless --insecure-control-plane) [ENGINE_NODE_CONTROL_PLANE_URL]; "
+        "empty runs stand-alone on the last good config",
+    )
+    p.add_argument(
+        "--insecure-control-plane",
+        action="store_true",
+        default=_env_bool("ENGINE_NODE_INSECURE_CONTROL_PLANE"),
+        help="allow plain ws:// to a control plane that is not on this host: the node token and every config "
+        "then cross the network in clear text [ENGINE_NODE_INSECURE_CONTROL_PLANE]",
     )
     p.add_argument(
         "--token",
@@ -76,7 +105,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model",
         default=_env("ENGINE_NODE_MODEL"),
-        help="model path or name given to vLLM unless the template sets engine.model [ENGINE_NODE_MODEL]",
+        help="the node's own model (path or repo id): what vLLM runs when the template leaves engine.model "
+        "empty; always allowed [ENGINE_NODE_MODEL]",
+    )
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        default=_env_list("ENGINE_NODE_MODEL_DIRS", os.pathsep),
+        help="directory whose models a pushed config may name (by absolute path, resolved with every symlink, "
+        "staying inside it); repeatable [ENGINE_NODE_MODEL_DIRS, separated by " + os.pathsep + "]",
+    )
+    p.add_argument(
+        "--allow-model",
+        action="append",
+        default=_env_list("ENGINE_NODE_ALLOW_MODELS"),
+        help="a Hugging Face repo id (or exact path) a pushed config may name, besides --model and the models "
+        "under --model-dir; repeatable. Anything else is NACKed [ENGINE_NODE_ALLOW_MODELS, space-separated]",
+    )
+    p.add_argument(
+        "--allow-trust-remote-code",
+        action="store_true",
+        default=_env_bool("ENGINE_NODE_ALLOW_TRUST_REMOTE_CODE"),
+        help="accept catalog models whose trust_remote_code an admin turned on (vLLM then runs Python code from "
+        "the model's repository); off: such configs are NACKed [ENGINE_NODE_ALLOW_TRUST_REMOTE_CODE]",
     )
     p.add_argument(
         "--served-model-name",
@@ -88,8 +139,17 @@ def parser() -> argparse.ArgumentParser:
         "--engine-arg",
         action="append",
         default=_env("ENGINE_NODE_ENGINE_ARGS").split(),
-        help="extra base flag passed to vLLM on every start, repeatable, e.g. --engine-arg=--enforce-eager "
+        help="extra base flag passed to vLLM on every start as given (the operator's own, outside the option table "
+        "configs are held to), repeatable, e.g. --engine-arg=--enforce-eager "
         "[ENGINE_NODE_ENGINE_ARGS, space-separated]",
+    )
+    p.add_argument(
+        "--engine-env",
+        action="append",
+        default=_env_list("ENGINE_NODE_ENGINE_ENV"),
+        help="name of an environment variable passed to the engine besides the built-in list (PATH, HOME, LANG, "
+        "LC_*, VLLM_*, CUDA_*, HF_*, ...); repeatable; ENGINE_NODE_* never is [ENGINE_NODE_ENGINE_ENV, "
+        "space-separated]",
     )
     p.add_argument(
         "--engine-python",
@@ -178,6 +238,33 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def control_plane_url_problem(url: str, *, insecure: bool) -> str | None:
+    """Why the agent refuses to connect to `url`, or None: wss:// always, ws:// only to loopback unless `insecure`."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        return f"{url!r} must be a ws:// or wss:// URL with a host"
+    if parts.scheme == "ws" and not insecure and not _is_loopback(parts.hostname):
+        return (
+            f"ws:// to {parts.hostname} would send the node token and every config in clear text; use wss:// "
+            "(TLS), or pass --insecure-control-plane (ENGINE_NODE_INSECURE_CONTROL_PLANE=1) on a trusted network"
+        )
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    """Traffic to this host never leaves the machine: loopback, `localhost`, or the unspecified address (0.0.0.0,
+    which `make run` uses when it listens on every interface and which Linux connects to locally)."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
 def from_args(argv: list[str] | None = None) -> AgentSettings:
     args = parser().parse_args(argv)
     if args.backend == "vllm" and not args.model:
@@ -187,6 +274,18 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
             load_key_file(Path(args.client_keys_file))
         except KeyEntryInvalid as exc:
             parser().error(f"--client-keys-file: {exc}")
+    problem = control_plane_url_problem(args.control_plane_url, insecure=args.insecure_control_plane)
+    if problem:
+        parser().error(f"--control-plane-url: {problem}")
+    try:
+        for flag, value in (("--model", args.model), ("--served-model-name", args.served_model_name)):
+            if value:
+                check_value(flag, value)
+    except FlagRefused as exc:
+        parser().error(str(exc))
+    for name in args.engine_env or []:
+        if name.startswith("ENGINE_NODE_"):
+            parser().error(f"--engine-env: {name} is the agent's own setting; it never reaches the engine")
     return AgentSettings(
         control_plane_url=args.control_plane_url,
         token=args.token,
@@ -209,4 +308,9 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         session_grace_s=args.session_grace,
         session_ttl_s=args.session_ttl,
         client_keys_file=Path(args.client_keys_file) if args.client_keys_file else None,
+        model_dirs=[Path(d) for d in args.model_dir or []],
+        allowed_models=list(args.allow_model or []),
+        allow_trust_remote_code=args.allow_trust_remote_code,
+        engine_env=list(args.engine_env or []),
+        insecure_control_plane=args.insecure_control_plane,
     )

@@ -30,6 +30,8 @@ class Action(models.TextChoices):
     WARMUP_WRITE = "warmup.write"
     WARMUP_ASSIGN = "warmup.assign"
     CLIENT_KEY_MANAGE = "client_key.manage"
+    MODEL_WRITE = "model.write"
+    MODEL_TRUST_REMOTE_CODE = "model.trust_remote_code"
 
 
 _ALL = frozenset(Role)
@@ -60,6 +62,10 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # A client key is access to the pools' engines, and its business tags lift limits (a whitelisted tag keeps the
     # client's max_tokens): tuning staff edit the whitelists, so handing out tags that use them is an operator's call.
     Action.CLIENT_KEY_MANAGE: frozenset({Role.SRE, Role.ADMIN}),
+    # What weights a GPU host loads is an operator's call; templates only name catalog entries.
+    Action.MODEL_WRITE: frozenset({Role.SRE, Role.ADMIN}),
+    # trust_remote_code runs the model repository's Python on every node that loads it.
+    Action.MODEL_TRUST_REMOTE_CODE: frozenset({Role.ADMIN}),
 }
 
 

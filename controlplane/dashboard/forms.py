@@ -177,3 +177,30 @@ class AlertRuleForm(forms.Form):
     summary = forms.CharField(max_length=300)
     is_enabled = forms.BooleanField(required=False)
     comment = forms.CharField(max_length=500, required=False)
+
+
+class ModelEntryForm(forms.Form):
+    """Register (with a name) or edit (with a reason) a model catalog entry; the service checks every value."""
+
+    name = forms.CharField(max_length=64, required=False)
+    source = forms.CharField(max_length=512)
+    tokenizer = forms.CharField(max_length=512, required=False)
+    revision = forms.CharField(max_length=128, required=False)
+    tokenizer_revision = forms.CharField(max_length=128, required=False)
+    is_draft_capable = forms.BooleanField(required=False)
+    trust_remote_code = forms.BooleanField(required=False)
+    description = forms.CharField(max_length=500, required=False)
+    reason = forms.CharField(max_length=500, required=False)
+
+    ENTRY_FIELDS = (
+        "source",
+        "tokenizer",
+        "revision",
+        "tokenizer_revision",
+        "is_draft_capable",
+        "trust_remote_code",
+        "description",
+    )
+
+    def entry_values(self) -> dict:
+        return {key: self.cleaned_data[key] for key in self.ENTRY_FIELDS}

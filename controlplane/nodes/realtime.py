@@ -12,12 +12,13 @@ def version_ref(version) -> realtime.VersionRef | None:
 
 
 def config_message(version) -> realtime.ConfigPush:
-    """The xDS-like push: version, hash of the effective parameters, and the parameters themselves.
+    """The xDS-like push: version, hash of the content, and the content: the effective parameters with the model
+    catalog entries they name under `models` (TemplateVersion.node_content).
 
     `text` is the agent-facing JSON, encoded once here rather than once per connected agent.
     """
     ref, content_hash = version_ref(version), version.content_hash
-    agent_message = {"type": "config", "version": ref, "hash": content_hash, "content": version.effective_params}
+    agent_message = {"type": "config", "version": ref, "hash": content_hash, "content": version.node_content}
     return {
         "type": "config.push",
         "version_id": version.pk,

@@ -37,8 +37,15 @@ def pool_previous_version(*, pool: Pool) -> TemplateVersion | None:
 
 def pool_change_preview(*, pool: Pool, version: TemplateVersion) -> list[FieldChange]:
     """What would change on the pool's nodes if `version` became desired."""
-    current = pool.desired_version.effective_params if pool.desired_version else {}
-    return params_diff(current, version.effective_params)
+    current = pool.desired_version
+    if current is None:
+        return params_diff({}, version.effective_params)
+    return params_diff(
+        current.effective_params,
+        version.effective_params,
+        old_models=current.pinned_models,
+        new_models=version.pinned_models,
+    )
 
 
 def node_summary(*, node, now, context: PoolContext | None = None) -> dict:

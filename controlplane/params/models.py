@@ -53,6 +53,9 @@ class TemplateVersion(ImmutableVersion):
     # Exact text of an imported document, so an unchanged export returns the same bytes.
     source_text = models.TextField(blank=True)
     source_format = models.CharField(max_length=8, blank=True)
+    # The model catalog entries the document's model references resolved to when it was saved, keyed by field path
+    # ("engine.model", "speculative.draft_model"): a version runs what was reviewed, whatever the catalog says later.
+    pinned_models = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["template", "-number"]
@@ -78,9 +81,19 @@ class TemplateVersion(ImmutableVersion):
         return schema.effective(self.params)
 
     @property
+    def node_content(self) -> dict:
+        """What a node gets: the effective parameters and, under `models`, the catalog entries they name."""
+        pinned = self.pinned_models or {}
+        return {
+            **self.effective_params,
+            "models": {field: pinned.get(field) for field in schema.MODEL_REFERENCE_FIELDS},
+        }
+
+    @property
     def content_hash(self) -> str:
-        """sha256 of the effective parameters in canonical JSON; what a node reports once applied."""
-        canonical = json.dumps(self.effective_params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        """sha256 of `node_content` in canonical JSON; what a node reports once applied. It covers the pinned catalog
+        entries, so a version that runs other weights never shares a hash with one that does not."""
+        canonical = json.dumps(self.node_content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -22,6 +22,10 @@ TIERS = ("strict", "normal", "creative")
 SPECULATIVE_METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp")
 QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes")
 SCENARIO_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# A model catalog name (controlplane/catalog/values.py has the same rule for registering one).
+MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+# What clients put in a request's `model` field: a plain name, never one that reads like a flag.
+SERVED_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 MAX_PATTERNS = 64
 MAX_PATTERN_LENGTH = 500
 
@@ -50,7 +54,7 @@ class Field:
     """One leaf of the document: `hot` applies per request at the gateway, `cold` restarts vLLM."""
 
     path: str
-    kind: Literal["int", "float", "bool", "str", "enum", "names", "regexes", "tiers"]
+    kind: Literal["int", "float", "bool", "str", "enum", "names", "regexes", "tiers", "model", "served_name"]
     apply: Apply
     default: Any
     help: str
@@ -180,18 +184,11 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field(
         "speculative.draft_model",
-        "str",
+        "model",
         "cold",
         None,
-        "Draft model path or name (method draft_model).",
-        nullable=True,
-    ),
-    Field(
-        "speculative.draft_tokenizer",
-        "str",
-        "cold",
-        None,
-        "Tokenizer of the draft model; must equal engine.tokenizer.",
+        "Draft model (method draft_model): a model catalog entry marked as a draft model. The node checks that its "
+        "tokenizer files are the main model's before it starts.",
         nullable=True,
     ),
     _int(
@@ -223,16 +220,22 @@ FIELDS: tuple[Field, ...] = (
         False,
         "Keep speculative decoding while degraded (the seed turns it off).",
     ),
-    Field("engine.model", "str", "cold", None, "Model path; empty means the node's own.", nullable=True),
     Field(
-        "engine.tokenizer",
-        "str",
+        "engine.model",
+        "model",
         "cold",
         None,
-        "Tokenizer path; empty means the model's own.",
+        "Model catalog entry the nodes run (its weights, tokenizer and revision); empty means the node's own model.",
         nullable=True,
     ),
-    Field("engine.served_model_name", "str", "cold", None, "Model name clients send.", nullable=True),
+    Field(
+        "engine.served_model_name",
+        "served_name",
+        "cold",
+        None,
+        "Model name clients send: letters, digits, '.', '_', ':', '/' or '-', starting with a letter or digit.",
+        nullable=True,
+    ),
     _int("engine.max_num_seqs", "cold", 64, 1, 4096, "vLLM --max-num-seqs."),
     _int("engine.max_num_batched_tokens", "cold", 8192, 1, 1048576, "vLLM --max-num-batched-tokens."),
     _float(
@@ -356,6 +359,15 @@ FIELDS: tuple[Field, ...] = (
 )
 
 FIELDS_BY_PATH: dict[str, Field] = {f.path: f for f in FIELDS}
+# Fields that name a model catalog entry; a config carries the resolved entries under `models`, keyed by these.
+MODEL_REFERENCE_FIELDS: tuple[str, ...] = tuple(f.path for f in FIELDS if f.kind == "model")
+# Fields templates no longer hold, and why; stored versions that have them keep loading (the value is dropped).
+RETIRED_FIELDS: dict[str, str] = {
+    "engine.tokenizer": "no longer a template field: the tokenizer comes from the model catalog entry in engine.model",
+    "speculative.draft_tokenizer": (
+        "no longer a template field: the node compares the draft's tokenizer files with the main model's"
+    ),
+}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(f.section for f in FIELDS))
 
 
@@ -388,7 +400,10 @@ def effective(params: dict) -> dict:
     doc = defaults()
     for section, values in params.items():
         for key, value in values.items():
-            if FIELDS_BY_PATH[f"{section}.{key}"].kind == "tiers":
+            spec = FIELDS_BY_PATH.get(f"{section}.{key}")
+            if spec is None:  # a retired field of a version saved before it was retired
+                continue
+            if spec.kind == "tiers":
                 # A partial intent map changes only the labels it names.
                 doc[section][key].update(value)
             else:

@@ -1,5 +1,6 @@
 """Reads of templates, versions and whitelists that the API and dashboard share."""
 
+from django.db.models import Q
 from django.shortcuts import get_object_or_404
 
 from controlplane.lib.errors import InvalidField
@@ -24,4 +25,16 @@ def template_version_get(*, template: ParameterTemplate, number) -> TemplateVers
 def template_versions_diff(*, template: ParameterTemplate, old_number, new_number) -> list[FieldChange]:
     old = template_version_get(template=template, number=old_number)
     new = template_version_get(template=template, number=new_number)
-    return params_diff(old.effective_params, new.effective_params)
+    return params_diff(
+        old.effective_params, new.effective_params, old_models=old.pinned_models, new_models=new.pinned_models
+    )
+
+
+def versions_naming_model(*, name: str):
+    """Template versions whose engine.model or speculative.draft_model names this catalog entry, newest first."""
+    return (
+        TemplateVersion.objects.filter(Q(params__engine__model=name) | Q(params__speculative__draft_model=name))
+        .select_related("template", "author")
+        .prefetch_related("desired_by")
+        .order_by("template__name", "-number")
+    )

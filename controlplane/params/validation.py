@@ -9,9 +9,12 @@ from controlplane.params.schema import (
     INTENT_LABELS,
     MAX_PATTERN_LENGTH,
     MAX_PATTERNS,
+    MODEL_NAME,
+    RETIRED_FIELDS,
     ROOT,
     SCENARIO_NAME,
     SECTIONS,
+    SERVED_MODEL_NAME,
     TIERS,
     Field,
     FieldError,
@@ -48,6 +51,9 @@ def validate(document: Any) -> tuple[dict, list[FieldError]]:
         for key, value in values.items():
             path = f"{section}.{key}"
             spec = FIELDS_BY_PATH.get(path)
+            if path in RETIRED_FIELDS:
+                errors.append(FieldError(path, RETIRED_FIELDS[path]))
+                continue
             if spec is None:
                 known = ", ".join(f.path.split(".", 1)[1] for f in FIELDS if f.section == section)
                 errors.append(FieldError(path, f"unknown field; {section} has {known}"))
@@ -81,6 +87,26 @@ def _check_field(spec: Field, value: Any) -> list[FieldError]:
             return [FieldError(path, f"must be a string, got {_type_name(value)}")]
         if not value.strip() or len(value) > 512:
             return [FieldError(path, "must be 1 to 512 characters")]
+        return []
+    if spec.kind == "model":
+        if not isinstance(value, str) or not MODEL_NAME.match(value):
+            return [
+                FieldError(
+                    path,
+                    f"must name a model catalog entry (lowercase letters, digits, '.', '_' or '-', starting with a "
+                    f"letter or digit); got {_shown(value)}",
+                )
+            ]
+        return []
+    if spec.kind == "served_name":
+        if not isinstance(value, str) or not SERVED_MODEL_NAME.match(value):
+            return [
+                FieldError(
+                    path,
+                    f"must be 1-128 letters, digits, '.', '_', ':', '/' or '-', starting with a letter or digit; "
+                    f"got {_shown(value)}",
+                )
+            ]
         return []
     if spec.kind == "enum":
         if value not in spec.choices:
@@ -189,22 +215,14 @@ def _check_cross_fields(p: dict) -> list[FieldError]:
         )
     if deg["max_tokens"] > mt["default"]:
         errors.append(FieldError("degradation.max_tokens", f"must be at most max_tokens.default ({mt['default']})"))
-    if spec["enabled"] and spec["method"] == "draft_model":
-        if not spec["draft_model"]:
-            errors.append(FieldError("speculative.draft_model", "required when method is draft_model"))
-        if not eng["tokenizer"]:
-            errors.append(
-                FieldError("engine.tokenizer", "required with a draft model, to prove both share one tokenizer")
-            )
-        elif spec["draft_tokenizer"] != eng["tokenizer"]:
-            errors.append(
-                FieldError(
-                    "speculative.draft_tokenizer",
-                    f"must equal engine.tokenizer ({eng['tokenizer']!r}): "
-                    "a draft model must share the main model's tokenizer",
-                )
-            )
+    # Whether a draft shares the main model's tokenizer is decided on the node, on the files (tokenizer_files.py).
+    if spec["enabled"] and spec["method"] == "draft_model" and not spec["draft_model"]:
+        errors.append(FieldError("speculative.draft_model", "required when method is draft_model"))
     return errors
+
+
+def _shown(value: Any) -> str:
+    return repr(value[:80]) if isinstance(value, str) else _type_name(value)
 
 
 def _type_name(value: Any) -> str:

@@ -44,6 +44,14 @@ def parser() -> argparse.ArgumentParser:
         help="name(s) clients use in the `model` field; the first one labels the metrics (default: --model)",
     )
     p.add_argument("--tokenizer", default=None, help="accepted for compatibility; prompts are never tokenized")
+    p.add_argument("--revision", default=None, help="accepted for compatibility; no weights are loaded")
+    p.add_argument("--tokenizer-revision", default=None, help="accepted for compatibility; no tokenizer is loaded")
+    p.add_argument(
+        "--trust-remote-code",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="accepted for compatibility; the simulator runs no model code",
+    )
     p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences in one running batch (default 256)")
     p.add_argument(
         "--max-num-batched-tokens",

@@ -15,6 +15,7 @@ from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, Silence
 from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
+from controlplane.catalog.services import model_entry_create
 from controlplane.datasets.services.warmup import warmup_dataset_create
 from controlplane.nodes.models import ClientKey, EngineNode, Pool
 from controlplane.nodes.services.client_keys import client_key_create
@@ -68,6 +69,7 @@ def _first(model) -> int:
 
 
 SHOP = {"name": "shop"}  # the intent dataset `intent_world` adds
+TINY = {"name": "tiny"}  # the model catalog entry `catalog_world` adds
 FAQ = {"name": "faq"}  # the warmup dataset `warmup_world` adds
 WARMUP_LOG = '{"messages": [{"role": "user", "content": "where is my order?"}]}\n'
 MATRIX: tuple[Call, ...] = (
@@ -105,6 +107,17 @@ MATRIX: tuple[Call, ...] = (
         data={"message": "我付了¥299.00怎么还显示未支付"},
     ),
     Call("template-version-export", "GET", EVERY_ROLE, 200, {"name": "chat", "number": 1}, {"format": "json"}),
+    Call("model-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "model-list",
+        "POST",
+        OPERATORS,
+        201,
+        data={"name": "qwen3-8b", "source": "Qwen/Qwen3-8B", "revision": "main"},
+        writes=True,
+    ),
+    Call("model-detail", "GET", EVERY_ROLE, 200, TINY),
+    Call("model-detail", "PATCH", OPERATORS, 200, TINY, {"revision": "v2", "reason": "retrained"}, writes=True),
     Call("whitelist-list", "GET", EVERY_ROLE, 200),
     Call("whitelist-list", "POST", WRITERS, 201, data={"name": "vip", "scenarios": ["vip"]}, writes=True),
     Call("whitelist-detail", "GET", EVERY_ROLE, 200, {"name": "legal"}),
@@ -304,6 +317,18 @@ def intent_world(request):
     request.getfixturevalue("world")
     agent = request.getfixturevalue("users")["agent"]
     train_now(agent, easy_dataset(agent, "shop", templates_per_label=2), epochs=1)
+
+
+@pytest.fixture(autouse=True)
+def catalog_world(request):
+    """For the model catalog rows only: the entry `tiny`."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    pattern = callspec.params.get("pattern") if callspec else None
+    if not (call and call.name.startswith("model-")) and not (pattern and pattern.name.startswith("model-")):
+        return
+    request.getfixturevalue("world")
+    model_entry_create(actor=request.getfixturevalue("users")["admin"], name="tiny", source="/srv/models/tiny")
 
 
 @pytest.fixture(autouse=True)

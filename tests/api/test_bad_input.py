@@ -51,13 +51,15 @@ DOCUMENT_CASES = {
         "batch.min_size",
         "must be at most batch.max_size (8)",
     ),
-    "draft tokenizer differs": (
-        doc(
-            speculative={"enabled": True, "draft_model": "draft-1b", "draft_tokenizer": "tok-a"},
-            engine={"tokenizer": "tok-b"},
-        ),
-        "speculative.draft_tokenizer",
-        "must equal engine.tokenizer ('tok-b')",
+    "model not in the catalog": (
+        doc(engine={"model": "evil-model"}),
+        "engine.model",
+        "'evil-model' is not in the model catalog",
+    ),
+    "model that reads like a flag": (
+        doc(engine={"model": "--trust-remote-code.x"}),
+        "engine.model",
+        "must name a model catalog entry",
     ),
     "exit threshold not below load threshold": (
         doc(degradation={"load_threshold": 0.7, "exit_threshold": 0.7}),

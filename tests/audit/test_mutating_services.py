@@ -18,6 +18,7 @@ from controlplane.alerts.services import lifecycle as alert_lifecycle
 from controlplane.alerts.services import rules as alert_rules
 from controlplane.audit.models import AuditEntry
 from controlplane.audit.services import MUTATING_SERVICES
+from controlplane.catalog import services as catalog
 from controlplane.datasets.services import datasets, releases, training, warmup
 from controlplane.lib.request_id import bind_request_id
 from controlplane.nodes.models import EngineNode
@@ -77,6 +78,15 @@ def _with_client_key_then(call):
         key, _ = client_keys.client_key_create(actor=world["sre"], name="web-chat", pools=[world["staging"]])
         world["baseline"] = AuditEntry.objects.count()
         return call(world, key)
+
+
+def _with_model_then(call):
+    """Register model qwen3-8b in the catalog, then run the call on it."""
+
+    def run(world):
+        entry = catalog.model_entry_create(actor=world["sre"], name="qwen3-8b", source="Qwen/Qwen3-8B")
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, entry)
 
     return run
 
@@ -425,6 +435,25 @@ CASES: dict[str, Case] = {
             document={"inference_params": {"temperature": {"strict": 0.1}}},
             base_number=2,
             comment="tighter strict tier",
+        ),
+    ),
+    "controlplane.catalog.services.model_entry_create": Case(
+        "model.create",
+        "sre",
+        "",
+        lambda w: catalog.model_entry_create(actor=w["sre"], name="qwen3-8b", source="Qwen/Qwen3-8B"),
+    ),
+    "controlplane.catalog.services.model_entry_update": Case(
+        "model.update",
+        "admin",
+        "reviewed the repository's code",
+        _with_model_then(
+            lambda w, entry: catalog.model_entry_update(
+                actor=w["admin"],
+                entry=entry,
+                changes={"trust_remote_code": True},
+                reason="reviewed the repository's code",
+            )
         ),
     ),
     "controlplane.params.services.whitelists.whitelist_create": Case(

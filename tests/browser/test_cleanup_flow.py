@@ -5,7 +5,6 @@ import json
 import re
 import threading
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -14,15 +13,10 @@ from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from tests.browser.test_dashboard_flow import login
-from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, engine_url, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 JSON = {"Content-Type": "application/json"}
-
-
-def engine_url(agent: AgentProcess) -> str:
-    args = Path(f"/proc/{agent.health()['engine_pid']}/cmdline").read_bytes().decode().split("\0")
-    return f"http://127.0.0.1:{args[args.index('--port') + 1]}"
 
 
 def slow_request(agent: AgentProcess) -> threading.Thread:

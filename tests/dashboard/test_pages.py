@@ -12,6 +12,7 @@ from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion
 from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
+from controlplane.catalog.services import model_entry_create
 from controlplane.datasets.services.releases import intent_model_publish
 from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create
 from controlplane.nodes.models import EngineNode, Pool
@@ -55,6 +56,7 @@ def world(users):
     EngineNode.objects.filter(pk=lost.pk).update(connected_at=lost.created_at)
     evaluate()
     silence = silence_create(actor=sre, node="gpu-9", duration_minutes=60, reason="maintenance")
+    model_entry_create(actor=sre, name="tiny", source="/srv/models/tiny")
     return {
         "staging": staging,
         "prod": prod,
@@ -81,6 +83,8 @@ PAGES = [
     ("dashboard:version-detail", {"name": "chat", "number": 1}, ALL),
     ("dashboard:version-export", {"name": "chat", "number": 1}, ALL),
     ("dashboard:whitelists", {}, ALL),
+    ("dashboard:models", {}, ALL),
+    ("dashboard:model-detail", {"name": "tiny"}, ALL),
     ("dashboard:pools", {}, ALL),
     ("dashboard:pool-detail", {"name": "staging"}, ALL),
     ("dashboard:pool-rollback", {"name": "staging"}, OPERATORS),
@@ -127,6 +131,13 @@ WRITES = [
     ),
     ("dashboard:whitelists", {}, {"name": "vip", "scenarios": "vip"}, WRITERS),
     ("dashboard:whitelist-edit", {"name": "legal"}, {"scenarios": "legal", "base_version": 1}, WRITERS),
+    ("dashboard:models", {}, {"name": "qwen3-8b", "source": "Qwen/Qwen3-8B"}, OPERATORS),
+    (
+        "dashboard:model-detail",
+        {"name": "tiny"},
+        {"source": "/srv/models/tiny", "revision": "v2", "reason": "r"},
+        OPERATORS,
+    ),
     ("dashboard:pools", {}, {"name": "long-context", "description": "x"}, OPERATORS),
     ("dashboard:pool-publish", {"name": "prod-main"}, {"version": "chat:2", "reason": "ok"}, OPERATORS),
     ("dashboard:pool-rollback", {"name": "staging"}, {"version": "chat:1", "reason": "regression"}, OPERATORS),
@@ -270,3 +281,16 @@ def test_bad_version_number_is_an_error_page_not_a_traceback(world, users):
     )
     assert response.status_code == 400
     assert "version: must be a version number" in response.content.decode()
+
+
+def test_model_pages_name_the_field_of_a_refused_value_and_keep_trust_for_admins(world, users):
+    sre = client_for(users[Role.SRE])
+    response = sre.post(reverse("dashboard:models"), {"name": "evil", "source": "--trust-remote-code.x"})
+    assert response.status_code == 400
+    assert "source: &#x27;--trust-remote-code.x&#x27; starts with &#x27;-&#x27;" in response.content.decode()
+    response = sre.post(reverse("dashboard:models"), {"name": "x", "source": "org/x", "trust_remote_code": "on"})
+    assert response.status_code == 400 and "only an admin" in response.content.decode()
+    # The SRE's page shows the grant but cannot change it.
+    assert 'data-testid="trust-remote-code"' not in sre.get(reverse("dashboard:models")).content.decode()
+    admin = client_for(users[Role.ADMIN])
+    assert 'data-testid="trust-remote-code"' in admin.get(reverse("dashboard:models")).content.decode()

@@ -155,6 +155,22 @@ def provision_client_key(actor, pools, *, name: str = "test-client", business_ta
     return key
 
 
+def engine_cmdline(pid: int) -> list[str]:
+    """The engine child's argv, read from /proc."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value of `--flag=value` in an argv (the agent passes every engine option that way), or None."""
+    values = [arg.removeprefix(flag + "=") for arg in args if arg.startswith(flag + "=")]
+    return values[-1] if values else None
+
+
+def engine_url(agent: "AgentProcess") -> str:
+    """The engine's own address on 127.0.0.1, from its command line."""
+    return f"http://127.0.0.1:{flag_value(engine_cmdline(agent.health()['engine_pid']), '--port')}"
+
+
 class Traffic:
     """Steady chat requests to every agent from background threads; counts outcomes by status."""
 

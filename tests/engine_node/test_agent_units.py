@@ -38,7 +38,7 @@ def test_hash_matches_the_control_plane_canonical_form(db):
     from tests.factories import template_with_versions
 
     _, (version,) = template_with_versions(make_user("sre"))
-    assert content_hash(version.effective_params) == version.content_hash
+    assert content_hash(version.node_content) == version.content_hash
 
 
 def test_tampered_content_is_rejected():
@@ -54,31 +54,43 @@ def test_missing_engine_section_is_rejected():
         NodeConfig.from_message(message(content))
 
 
+def flag_value(args: list[str], flag: str) -> str | None:
+    values = [arg.removeprefix(flag + "=") for arg in args if arg.startswith(flag + "=")]
+    return values[0] if values else None
+
+
 def test_engine_args_follow_the_config():
     args = engine_args(NodeConfig.from_message(message()), SETTINGS)
-    assert args[:4] == ["--model", "base-model", "--served-model-name", "chat"]
-    assert "--max-num-seqs" in args and args[args.index("--max-num-seqs") + 1] == "64"
-    assert "--enable-prefix-caching" in args and "--quantization" not in args
-    assert args[-1] == "--enforce-eager"
+    assert args == [
+        "--model=base-model",
+        "--served-model-name=chat",
+        "--max-num-seqs=64",
+        "--max-model-len=8192",
+        "--enable-prefix-caching",
+        "--enforce-eager",
+    ]
 
 
 def test_speculative_decoding_becomes_a_speculative_config_flag():
     spec = {"enabled": True, "method": "draft_model", "draft_model": "draft-7b", "num_speculative_tokens": 4}
-    args = engine_args(NodeConfig.from_message(message({**CONTENT, "speculative": spec})), SETTINGS)
-    config = json.loads(args[args.index("--speculative-config") + 1])
-    assert config == {"method": "draft_model", "model": "draft-7b", "num_speculative_tokens": 4}
+    draft = {"name": "draft-7b", "source": "/srv/models/draft-7b", "revision": "v2", "is_draft_capable": True}
+    content = {**CONTENT, "speculative": spec, "models": {"speculative.draft_model": draft}}
+    args = engine_args(NodeConfig.from_message(message(content)), SETTINGS)
+    config = json.loads(flag_value(args, "--speculative-config"))
+    assert config == {
+        "method": "draft_model", "model": "/srv/models/draft-7b", "revision": "v2", "num_speculative_tokens": 4
+    }  # fmt: skip
 
 
 def test_speculative_false_leaves_the_speculative_flag_out_and_nothing_else():
     spec = {"enabled": True, "method": "ngram", "draft_model": None, "num_speculative_tokens": 3}
     config = NodeConfig.from_message(message({**CONTENT, "speculative": spec}))
     on, off = engine_args(config, SETTINGS), engine_args(config, SETTINGS, speculative=False)
-    assert json.loads(on[on.index("--speculative-config") + 1]) == {
+    assert json.loads(flag_value(on, "--speculative-config")) == {
         "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4
     }  # fmt: skip
-    assert "--speculative-config" not in off
-    at = on.index("--speculative-config")
-    assert off == on[:at] + on[at + 2 :]
+    assert flag_value(off, "--speculative-config") is None
+    assert off == [arg for arg in on if not arg.startswith("--speculative-config=")]
     # A config without speculative decoding gives the same flags either way.
     assert engine_args(NodeConfig.from_message(message()), SETTINGS, speculative=False) == engine_args(
         NodeConfig.from_message(message()), SETTINGS
@@ -117,7 +129,7 @@ def test_agent_engine_args_follow_the_policy_bundles_degradation(tmp_path):
 
     flags = asyncio.run(scenario())
     with_spec = engine_args(config, settings)
-    assert "--speculative-config" in with_spec
+    assert flag_value(with_spec, "--speculative-config") is not None
     assert flags == {
         "no bundle": with_spec,
         "degraded, off": engine_args(config, settings, speculative=False),

@@ -8,7 +8,6 @@ queued or answered 503 with Retry-After, never left hanging or reset.
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -17,16 +16,12 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.conftest import SERVED_MODEL_NAME
-from tests.engine_node.fleet import vllm_agent, wait_until
+from tests.engine_node.fleet import engine_cmdline, flag_value, vllm_agent, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm, pytest.mark.agents]
 
 QUEUE_TIMEOUT_S = 5
-
-
-def engine_cmdline(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
 
 
 def document(max_num_seqs: int) -> dict:
@@ -73,7 +68,11 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         assert "vllm:num_requests_running" in metrics and "vllm:generation_tokens_total" in metrics
         assert "engine_node_gateway_requests_total" in metrics
         first_pid = agent.health()["engine_pid"]
-        assert engine_cmdline(first_pid)[engine_cmdline(first_pid).index("--max-num-seqs") + 1] == "4"
+        # Every option the agent passes to real vLLM is one `--flag=value` element, and vLLM reads it so.
+        first_args = engine_cmdline(first_pid)
+        assert flag_value(first_args, "--max-num-seqs") == "4" and "--max-num-seqs" not in first_args
+        assert flag_value(first_args, "--served-model-name") == SERVED_MODEL_NAME
+        assert flag_value(first_args, "--model") == str(tiny_model_dir)
 
         pool.refresh_from_db()
         pool_publish(actor=sre, pool=pool, version=v2, reason="cold change: 2 sequences")
@@ -97,7 +96,7 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 240, "ACK of v2")
         new_pid = agent.health()["engine_pid"]
         assert new_pid != first_pid
-        assert engine_cmdline(new_pid)[engine_cmdline(new_pid).index("--max-num-seqs") + 1] == "2"
+        assert flag_value(engine_cmdline(new_pid), "--max-num-seqs") == "2"
         assert agent.chat("Thanks!")[0] == 200
     finally:
         agent.stop()

@@ -11,7 +11,6 @@ import json
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_command_request, node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
+from tests.engine_node.fleet import AgentProcess, Traffic, engine_url, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -52,11 +51,6 @@ def document(**cleanup) -> dict:
             "cleanup": {"fragmentation_threshold": 1.0, **cleanup},  # 1.0: no automatic cleanup unless a test asks
         }
     }
-
-
-def engine_url(agent: AgentProcess) -> str:
-    args = Path(f"/proc/{agent.health()['engine_pid']}/cmdline").read_bytes().decode().split("\0")
-    return f"http://127.0.0.1:{args[args.index('--port') + 1]}"
 
 
 def finished(command: NodeCommand) -> bool:

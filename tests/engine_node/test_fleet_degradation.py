@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.request
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -31,6 +30,7 @@ from controlplane.operations.degradation import (
 )
 from controlplane.operations.models import DegradationEvent
 from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node import fleet
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
 from tests.live_server import Daphne
 
@@ -135,13 +135,14 @@ def test_a_load_ramp_degrades_the_pool_and_the_node_follows_within_a_second(node
 
 def engine_cmdline(agent: AgentProcess) -> tuple[int, list[str]]:
     pid = agent.health()["engine_pid"]
-    return pid, Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return pid, fleet.engine_cmdline(pid)
 
 
 def speculative_flag(agent: AgentProcess) -> dict | None:
     """The engine child's --speculative-config, parsed, or None when it runs without one."""
     _, args = engine_cmdline(agent)
-    return json.loads(args[args.index("--speculative-config") + 1]) if "--speculative-config" in args else None
+    value = fleet.flag_value(args, "--speculative-config")
+    return json.loads(value) if value is not None else None
 
 
 class Beat:

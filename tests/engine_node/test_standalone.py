@@ -41,6 +41,9 @@ def test_help_documents_every_setting():
         [sys.executable, "-m", "engine_node", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0
-    for flag in ("--control-plane-url", "--token", "--backend", "--model", "--engine-arg", "--port", "--state-dir"):
+    for flag in (
+        "--control-plane-url", "--token", "--backend", "--model", "--engine-arg", "--port", "--state-dir",
+        "--model-dir", "--allow-model", "--allow-trust-remote-code", "--engine-env", "--insecure-control-plane",
+    ):  # fmt: skip
         assert flag in result.stdout
     assert "ENGINE_NODE_TOKEN" in result.stdout

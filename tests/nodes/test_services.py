@@ -230,7 +230,7 @@ def test_release_event_is_sent_only_after_commit(sre, versions, staging_prod, se
         "type": "config",
         "version": {"template": "chat", "number": 1, "hash": versions[0].content_hash},
         "hash": versions[0].content_hash,
-        "content": versions[0].effective_params,
+        "content": {**versions[0].effective_params, "models": {"engine.model": None, "speculative.draft_model": None}},
     }
     assert (event["pool"], event["kind"], event["actor"], event["reason"]) == ("staging", "publish", "sre", "go")
     assert event["version"] == {"template": "chat", "number": 1, "hash": versions[0].content_hash}

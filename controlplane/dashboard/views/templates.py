@@ -60,6 +60,7 @@ def version_detail(request, name, number):
             "rows": rows,
             "yaml_text": yaml_text,
             "pools": Pool.objects.order_by("name"),
+            "pinned_models": [(field, entry) for field, entry in (version.pinned_models or {}).items() if entry],
         },
     )
 

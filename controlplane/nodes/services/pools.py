@@ -5,6 +5,8 @@ from django.utils import timezone
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.catalog.exceptions import ModelReferenceRefused
+from controlplane.catalog.resolution import pinned_problems
 from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, required_text
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
@@ -32,6 +34,13 @@ def pool_create(*, actor, name: str, is_production: bool, description: str = "")
     return pool
 
 
+def _check_models(version: TemplateVersion) -> None:
+    """The version's pinned model catalog entries may still go to the nodes (controlplane/catalog/resolution.py)."""
+    problems = pinned_problems(version.effective_params, version.pinned_models or {})
+    if problems:
+        raise ModelReferenceRefused(problems)
+
+
 @mutating_service
 def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = "") -> PoolRelease:
     """Make `version` the pool's desired version, pinning the latest version of each whitelist it names.
@@ -42,6 +51,7 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
     unless an SRE overrides with a reason.
     """
     reason = required_text("reason", reason)
+    _check_models(version)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
         pins = whitelist_pins.pins_for(version)
@@ -145,6 +155,7 @@ def pool_rollback(*, actor, pool: Pool, reason: str, version: TemplateVersion | 
             raise Conflict(
                 f"version: {version} is what {locked.name} runs now, with these whitelists; nothing to roll back"
             )
+        _check_models(version)
         # Rolling back during a canary ends it: every node, canary or not, goes to the rollback's version.
         ended = rollouts.rollout_end_active(
             pool=locked, state=Rollout.State.ABORTED, outcome=f"rolled back by {actor.get_username()}: {reason}"

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.catalog.resolution import references_resolve
 from controlplane.lib.errors import Conflict, check_slug
 from controlplane.params import codec, schema, validation
 from controlplane.params.exceptions import DocumentInvalid, StaleBaseVersion
@@ -13,13 +14,21 @@ from controlplane.params.schema import FieldError
 
 def document_validate(*, document) -> dict:
     """Size, schema and references: return authored params or raise DocumentInvalid naming every field."""
+    return document_resolve(document=document)[0]
+
+
+def document_resolve(*, document) -> tuple[dict, dict]:
+    """Validate like `document_validate`; also return the model catalog entries its model references resolve to."""
     codec.check_size(codec.encoded_size(document))
     params, errors = validation.validate(document)
+    models: dict = {}
     if not errors:
         errors = _check_whitelist_references(params)
+        models, problems = references_resolve(schema.effective(params))
+        errors += [FieldError(path, message) for path, message in problems]
     if errors:
         raise DocumentInvalid("document is invalid", errors=errors)
-    return params
+    return params, models
 
 
 def _check_whitelist_references(params: dict) -> list[FieldError]:
@@ -59,8 +68,9 @@ def template_version_create(
     source_text: str = "",
     source_format: str = "",
 ) -> TemplateVersion:
-    """Save the next version, edited from `base_number`; a stale base raises 409 and stores nothing."""
-    params = document_validate(document=document)
+    """Save the next version, edited from `base_number`; a stale base raises 409 and stores nothing. The model catalog
+    entries the document names are resolved now and pinned to the version."""
+    params, pinned_models = document_resolve(document=document)
     with transaction.atomic():
         # The row lock orders concurrent saves on one template; the loser sees the new latest.
         locked = ParameterTemplate.objects.select_for_update().get(pk=template.pk)
@@ -77,6 +87,7 @@ def template_version_create(
             author=actor,
             comment=comment,
             params=params,
+            pinned_models=pinned_models,
             source_text=source_text,
             source_format=source_format,
         )

@@ -11,7 +11,7 @@ def test_help_documents_every_vllm_flag_the_agent_passes(run_simulator):
         "--host", "--port", "--model", "--served-model-name", "--tokenizer", "--max-num-seqs",
         "--max-num-batched-tokens", "--gpu-memory-utilization", "--max-model-len", "--quantization",
         "--enable-prefix-caching", "--no-enable-prefix-caching", "--speculative-config", "--enforce-eager",
-        "--enable-log-requests", "--profile", "--seed",
+        "--enable-log-requests", "--profile", "--seed", "--revision", "--tokenizer-revision", "--trust-remote-code",
     ):  # fmt: skip
         assert flag in result.stdout
 
@@ -89,3 +89,37 @@ def test_agent_flags_are_accepted_and_served(start_simulator):
     assert simulator.chat("hi", model="alias", max_tokens=3).status == 200
     assert simulator.metric("vllm:cache_config_info", enable_prefix_caching="False", gpu_memory_utilization="0.5")
     assert simulator.metric("vllm:spec_decode_num_drafts_total", model_name="chat") > 0
+
+
+def test_the_agents_flag_value_form_is_accepted_and_served(start_simulator):
+    """Exactly what the agent passes (engine_node.config.engine_args): one `--flag=value` element per option."""
+    from engine_node.config import NodeConfig, content_hash, engine_args
+    from engine_node.settings import AgentSettings
+
+    content = {
+        "engine": {
+            "model": "qwen3-0.6b", "served_model_name": "chat", "max_num_seqs": 8, "max_num_batched_tokens": 512,
+            "gpu_memory_utilization": 0.5, "max_model_len": 2048, "quantization": "fp8",
+            "enable_prefix_caching": False,
+        },
+        "speculative": {"enabled": True, "method": "ngram", "num_speculative_tokens": 3},
+        "models": {
+            "engine.model": {
+                "name": "qwen3-0.6b", "source": "Qwen/Qwen3-0.6B", "revision": "c" * 40,
+                "tokenizer": "Qwen/Qwen3-0.6B", "tokenizer_revision": "main", "trust_remote_code": True,
+            }
+        },
+    }  # fmt: skip
+    config = NodeConfig.from_message({"version": None, "hash": content_hash(content), "content": content})
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n", backend="simulator", model="own", served_model_name=""
+    )
+    args = engine_args(config, settings)
+    assert "--trust-remote-code" in args and all(a.startswith("--") for a in args)
+    simulator = start_simulator(args=tuple(args))
+
+    models = simulator.get("/v1/models").json["data"]
+    assert [m["id"] for m in models] == ["chat"]
+    assert {m["root"] for m in models} == {"Qwen/Qwen3-0.6B"}
+    assert simulator.chat("hi", model="chat", max_tokens=3).status == 200
+    assert simulator.metric("vllm:cache_config_info", enable_prefix_caching="False", gpu_memory_utilization="0.5")

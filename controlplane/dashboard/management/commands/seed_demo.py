@@ -1,5 +1,5 @@
 """Seed demo data: the seed's template as version 1 on both pools, the `legal` whitelist, one user per role, the
-intent dataset and the `faq-warmup` warmup dataset of both pools."""
+intent dataset, the `faq-warmup` warmup dataset of both pools and the `qwen3-0.6b` model catalog entry."""
 
 from pathlib import Path
 
@@ -11,6 +11,8 @@ from controlplane.accounts.roles import Role
 from controlplane.accounts.services import user_create
 from controlplane.alerts.defaults import install_default_rules
 from controlplane.alerts.models import AlertRule, AlertRuleVersion
+from controlplane.catalog.models import ModelEntry
+from controlplane.catalog.services import model_entry_create
 from controlplane.datasets.models import IntentDataset, WarmupDataset, WarmupDatasetVersion
 from controlplane.datasets.services.datasets import intent_dataset_create
 from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create
@@ -24,6 +26,13 @@ from engine_node.policy.dataset import DATASET_PATH as INTENTS_JSONL
 SEED_YAML = Path(__file__).resolve().parents[3] / "params" / "fixtures" / "seed_inference_params.yaml"
 FESTIVAL_LOG = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "festival_conversations.jsonl"
 DEMO_PASSWORD_SUFFIX = "-demo-pass"
+# The simulator's default model (engine_node/simulator/profiles/default.yaml); the demo nodes allow its repo id.
+DEMO_MODEL = {
+    "name": "qwen3-0.6b",
+    "source": "Qwen/Qwen3-0.6B",
+    "is_draft_capable": True,
+    "description": "seed: the simulator's default model; pin a revision before a real node downloads it",
+}
 
 
 class Command(BaseCommand):
@@ -40,6 +49,8 @@ class Command(BaseCommand):
                     scenarios=["legal", "legal_policy"],
                     comment="seed: whitelist for legal clause queries",
                 )
+            if not ModelEntry.objects.filter(name=DEMO_MODEL["name"]).exists():
+                model_entry_create(actor=admin, **DEMO_MODEL)
             if not ParameterTemplate.objects.filter(name="chat-default").exists():
                 template = template_create(
                     actor=admin, name="chat-default", description="Customer-service chatbot (sales festival)"

@@ -74,6 +74,9 @@ class Command(BaseCommand):
                         "engine_node",
                         "--backend",
                         "simulator",
+                        # The seeded catalog entry qwen3-0.6b, so a template may name it (seed_demo.DEMO_MODEL).
+                        "--allow-model",
+                        "Qwen/Qwen3-0.6B",
                         "--node-name",
                         name,
                         "--control-plane-url",

@@ -1,0 +1,126 @@
+"""The draft/main tokenizer rule, checked on the files the node would load rather than on two names.
+
+vLLM tokenizes for a draft model with the main model's tokenizer; a draft trained with another vocabulary
+proposes token ids that mean something else, and acceptance collapses (the seed's checklist: never mix
+tokenizers). Two catalog entries can name one tokenizer under two paths, or two tokenizers under one name, so
+the agent hashes the tokenizer files of both before it starts an engine with a draft model.
+"""
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_node.model_sources import DRAFT_FIELD, ConfigModels
+
+# Everything that decides how text becomes token ids (Hugging Face fast and slow tokenizers, SentencePiece).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+class TokenizerMismatch(Exception):
+    """The draft's tokenizer files differ from the main model's, or cannot be compared on this node."""
+
+
+@dataclass(frozen=True)
+class TokenizerDigest:
+    """sha256 of each tokenizer file found in a directory, and one digest over all of them."""
+
+    directory: Path
+    files: dict[str, str]
+
+    @property
+    def sha256(self) -> str:
+        lines = "".join(f"{name}\0{digest}\n" for name, digest in sorted(self.files.items()))
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def tokenizer_directory(source: str, revision: str = "") -> Path | None:
+    """The local directory holding a model's tokenizer: the path itself, or the Hugging Face cache's snapshot of a
+    repo id at `revision` (its `main` when unpinned); None when the node has no copy."""
+    if os.path.isabs(source):
+        return Path(source) if os.path.isdir(source) else None
+    repo = _hub_cache() / f"models--{source.replace('/', '--')}"
+    commit = revision if _COMMIT.fullmatch(revision or "") else _read_ref(repo, revision or "main")
+    snapshot = repo / "snapshots" / commit if commit else None
+    return snapshot if snapshot is not None and snapshot.is_dir() else None
+
+
+def tokenizer_digest(directory: Path) -> TokenizerDigest | None:
+    """Digest of the tokenizer files in `directory`; None when it holds none."""
+    files = {}
+    for name in TOKENIZER_FILES:
+        path = directory / name
+        if path.is_file():
+            files[name] = _file_sha256(path)
+    return TokenizerDigest(directory=directory, files=files) if files else None
+
+
+def check_draft_tokenizer(models: ConfigModels, *, backend: str) -> str:
+    """Compare the draft's tokenizer files with the main model's; return a line saying what was compared.
+
+    Raises TokenizerMismatch (its message names speculative.draft_model) when they differ, or when the files are
+    missing on a vLLM node. The simulator never tokenizes, so there a missing copy is only noted."""
+    if models.draft is None:
+        return "no draft model"
+    main = _digest(*models.main.tokenizer_source)
+    draft = _digest(*models.draft.tokenizer_source)
+    if main is None or draft is None:
+        missing = models.main if main is None else models.draft
+        if backend == "simulator":
+            return f"tokenizers not compared: no tokenizer files of {missing.label} on this node (simulated engine)"
+        raise TokenizerMismatch(
+            f"{DRAFT_FIELD}: cannot prove {models.draft.name!r} shares the main model's tokenizer: no tokenizer "
+            f"files of {missing.label} on this node"
+        )
+    if main.files != draft.files:
+        differing = sorted(
+            name for name in main.files.keys() | draft.files.keys() if main.files.get(name) != draft.files.get(name)
+        )
+        raise TokenizerMismatch(
+            f"{DRAFT_FIELD}: {models.draft.name!r} does not share the main model's tokenizer: "
+            f"{', '.join(differing)} differ (main {main.sha256[:12]}, draft {draft.sha256[:12]})"
+        )
+    return f"draft and main tokenizer files identical (sha256 {main.sha256[:12]})"
+
+
+def _digest(source: str, revision: str) -> TokenizerDigest | None:
+    directory = tokenizer_directory(source, revision)
+    return tokenizer_digest(directory) if directory is not None else None
+
+
+def _hub_cache() -> Path:
+    """Where huggingface_hub keeps downloads: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def _read_ref(repo: Path, ref: str) -> str:
+    if ".." in ref.split("/"):
+        return ""
+    try:
+        return (repo / "refs" / ref).read_text(encoding="utf-8").strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,153 @@
+"""The fixed table of engine options: one `--flag=value` element each, no value that reads like a flag."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from engine_node.config import ConfigRejected, NodeConfig, content_hash, engine_args
+from engine_node.engine_flags import FLAGS, FlagRefused, check_value, render
+from engine_node.settings import AgentSettings
+from tests.engine_node.conftest import ROOT, VLLM_ENV
+
+SETTINGS = AgentSettings(
+    control_plane_url="", token="", node_name="n1", backend="simulator", model="own-model", served_model_name=""
+)
+
+
+def config(engine=None, speculative=None, models=None) -> NodeConfig:
+    content = {
+        "engine": {"max_num_seqs": 4, **(engine or {})},
+        "speculative": {"enabled": False, "method": "draft_model", "draft_model": None, **(speculative or {})},
+        "models": models or {},
+    }
+    return NodeConfig.from_message({"version": None, "hash": content_hash(content), "content": content})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("model", "/srv/models/qwen", "--model=/srv/models/qwen"),
+        ("model", "Qwen/Qwen3-0.6B", "--model=Qwen/Qwen3-0.6B"),
+        ("served_model_name", "chat", "--served-model-name=chat"),
+        ("revision", "a" * 40, "--revision=" + "a" * 40),
+        ("tokenizer_revision", "v1.0", "--tokenizer-revision=v1.0"),
+        ("max_num_seqs", 64, "--max-num-seqs=64"),
+        ("gpu_memory_utilization", 0.9, "--gpu-memory-utilization=0.9"),
+        ("gpu_memory_utilization", 1, "--gpu-memory-utilization=1.0"),
+        ("enable_prefix_caching", True, "--enable-prefix-caching"),
+        ("enable_prefix_caching", False, "--no-enable-prefix-caching"),
+        ("trust_remote_code", True, "--trust-remote-code"),
+        ("trust_remote_code", False, None),
+        ("speculative_config", {"method": "ngram", "num_speculative_tokens": 3}, None),
+    ],
+)
+def test_each_option_renders_as_one_element(name, value, expected):
+    flag = render(name, value, field="f")
+    if name == "speculative_config":
+        assert flag == '--speculative-config={"method":"ngram","num_speculative_tokens":3}'
+    else:
+        assert flag == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("model", "--trust-remote-code.x", "starts with '-'"),
+        ("model", "-x", "starts with '-'"),
+        ("served_model_name", "chat\n--trust-remote-code", "control characters"),
+        ("model", "", "must not be empty"),
+        ("model", 7, "must be a string"),
+        ("max_num_seqs", -1, "starts with '-'"),
+        ("max_num_seqs", "8", "must be an integer"),
+        ("max_num_seqs", True, "must be an integer"),
+        ("gpu_memory_utilization", float("nan"), "finite number"),
+        ("trust_remote_code", "yes", "true or false"),
+        ("speculative_config", {"method": "draft_model", "model": "--trust-remote-code"}, "starts with '-'"),
+        ("speculative_config", "{}", "JSON object"),
+    ],
+)
+def test_refused_values_name_the_field(name, value, message):
+    with pytest.raises(FlagRefused, match=message) as refused:
+        render(name, value, field="engine.x")
+    assert str(refused.value).startswith("engine.x")
+
+
+def test_check_value_is_the_one_rule():
+    assert check_value("f", "Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+    with pytest.raises(FlagRefused):
+        check_value("f", "-")
+    with pytest.raises(FlagRefused):
+        check_value("f", "x" * 5000)
+
+
+def test_the_hostile_template_of_the_report_never_becomes_two_elements():
+    hostile = config(
+        engine={"model": "--trust-remote-code.x", "served_model_name": "attacker-org/evil-model"},
+        models={"engine.model": {"name": "--trust-remote-code.x", "source": "--trust-remote-code.x"}},
+    )
+    with pytest.raises(ConfigRejected, match=r"^engine.model: '--trust-remote-code.x' starts with '-'"):
+        engine_args(hostile, SETTINGS)
+    with pytest.raises(ConfigRejected, match=r"^engine.served_model_name: '-x' starts with '-'"):
+        engine_args(config(engine={"served_model_name": "-x"}), SETTINGS)
+    with pytest.raises(ConfigRejected, match=r"^engine.quantization: .* starts with '-'"):
+        engine_args(config(engine={"quantization": "--trust-remote-code"}), SETTINGS)
+
+
+def test_every_config_flag_is_one_element_with_its_value():
+    main = {
+        "name": "m",
+        "source": "/srv/models/m",
+        "revision": "r1",
+        "tokenizer": "/srv/tok",
+        "trust_remote_code": True,
+    }
+    draft = {"name": "d", "source": "/srv/models/d", "is_draft_capable": True, "trust_remote_code": True}
+    args = engine_args(
+        config(
+            engine={"model": "m", "served_model_name": "chat", "quantization": "fp8", "max_model_len": 2048},
+            speculative={"enabled": True, "draft_model": "d", "num_speculative_tokens": 3},
+            models={"engine.model": main, "speculative.draft_model": draft},
+        ),
+        SETTINGS,
+    )
+    assert args[:6] == [
+        "--model=/srv/models/m",
+        "--revision=r1",
+        "--tokenizer=/srv/tok",
+        "--trust-remote-code",
+        "--served-model-name=chat",
+        "--max-num-seqs=4",
+    ]
+    options = {arg.split("=", 1)[0] for arg in args}
+    assert options <= {f.option for f in FLAGS.values()} | {"--no-enable-prefix-caching"}
+    spec = next(a for a in args if a.startswith("--speculative-config="))
+    assert json.loads(spec.split("=", 1)[1]) == {
+        "method": "draft_model", "model": "/srv/models/d", "num_speculative_tokens": 3
+    }  # fmt: skip
+    # Every element is an option; no value stands alone where a parser could read it as a flag.
+    assert all(arg.startswith("--") for arg in args)
+
+
+@pytest.mark.vllm
+def test_the_table_matches_vllms_own_parser(vllm_python):
+    """Each option exists in vLLM 0.32's server parser with the kind the table renders for it."""
+    code = (
+        "import json\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "p = make_arg_parser(FlexibleArgumentParser())\n"
+        "print(json.dumps({o: a.nargs for a in p._actions for o in a.option_strings}))\n"
+    )
+    result = subprocess.run(
+        [str(vllm_python), "-c", code], cwd=ROOT, env=dict(os.environ, **VLLM_ENV), capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    nargs = json.loads(result.stdout.strip().splitlines()[-1])
+    for name, flag in FLAGS.items():
+        assert flag.option in nargs, name
+        # Switches and booleans take no value (argparse nargs 0); every other option takes exactly one.
+        assert (nargs[flag.option] == 0) == (flag.kind in ("switch", "bool")), (name, nargs[flag.option])
+    assert "--no-enable-prefix-caching" in nargs
