@@ -70,7 +70,7 @@ def test_a_nack_a_warmup_and_an_engine_restart_are_named(sre, world):
     Pool.objects.filter(pk=world["staging"].pk).update(canary_stages=[{"percent": 100}])
     pool_publish(actor=sre, pool=staging(world), version=v2, reason="cooler")
     gpu1, gpu2 = world["nodes"]
-    agent_sessions.node_warmup_progress(node_id=gpu1.pk, progress={"state": "running", "done": 12, "total": 100})
+    agent_sessions.nodes_warmup_progress(reports={gpu1.pk: [{"state": "running", "done": 12, "total": 100}]})
     agent_sessions.node_heartbeat(node_id=gpu1.pk, heartbeat={"status": "warming"})
     assert reason("gpu-1") == ("warming", "warming up (12/100 requests): it ACKs chat v2 once the warmup check passes")
     agent_sessions.node_heartbeat(node_id=gpu2.pk, heartbeat={"status": "restarting"})
