@@ -79,6 +79,8 @@ def _with_client_key_then(call):
         world["baseline"] = AuditEntry.objects.count()
         return call(world, key)
 
+    return run
+
 
 def _with_model_then(call):
     """Register model qwen3-8b in the catalog, then run the call on it."""

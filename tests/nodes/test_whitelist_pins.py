@@ -20,7 +20,7 @@ from controlplane.nodes.services.pools import pool_publish, pool_rollback
 from controlplane.operations.policy_bundle import policy_bundle, policy_message
 from controlplane.params.services.templates import template_create, template_version_create
 from controlplane.params.services.whitelists import whitelist_create, whitelist_version_create
-from tests.factories import legal_whitelist, pools
+from tests.factories import legal_whitelist, pools, ran_healthy
 
 pytestmark = pytest.mark.django_db
 
@@ -48,13 +48,20 @@ def edit(actor, whitelist, scenarios: list[str]):
     )
 
 
+def stage(sre, staging, version, *, reason: str):
+    """Publish to staging, where node stg-1 runs the version healthy for the soak window (the production gate)."""
+    pool_publish(actor=sre, pool=staging, version=version, reason=reason)
+    ran_healthy(EngineNode.objects.get(name="stg-1"), version)
+
+
 @pytest.fixture
 def fleet(users):
     """staging and prod-main both on chat v1 (which names `legal`, pinned at v1)."""
     legal = legal_whitelist(users["agent"])
     staging, prod = pools(users["sre"])
     (v1, v2) = versions(users["sre"], {}, {"temperature": {"strict": 0.2}})
-    pool_publish(actor=users["sre"], pool=staging, version=v1, reason="first")
+    node_create(actor=users["sre"], name="stg-1", pool=staging)
+    stage(users["sre"], staging, v1, reason="first")
     pool_publish(actor=users["sre"], pool=prod, version=v1, reason="first")
     return {**users, "legal": legal, "staging": staging, "prod": prod, "v1": v1, "v2": v2}
 
@@ -114,7 +121,7 @@ def test_the_pool_shows_what_changed_and_a_republish_picks_it_up(fleet):
     with pytest.raises(Conflict, match="whitelists are current"):
         pool_publish(actor=sre, pool=prod, version=fleet["v1"], reason="again")
     with pytest.raises(Conflict, match="follows the latest whitelists"):
-        pool_publish(actor=sre, pool=fleet["staging"], version=fleet["v1"], reason="pointless on staging")
+        stage(sre, fleet["staging"], fleet["v1"], reason="pointless on staging")
 
 
 def test_a_rollback_returns_to_the_old_pins(fleet):
@@ -131,7 +138,7 @@ def test_a_rollback_returns_to_the_old_pins(fleet):
     assert whitelist_pins.pins_summary(whitelist_pins.release_pins(forth)) == {"legal": 2}
 
     # A later version, then back to v1 by name: its newest release's pins (legal v2), not the latest ones (v3).
-    pool_publish(actor=sre, pool=fleet["staging"], version=fleet["v2"], reason="try v2")
+    stage(sre, fleet["staging"], fleet["v2"], reason="try v2")
     edit(fleet["agent"], fleet["legal"], ["legal"])
     pool_publish(actor=sre, pool=prod, version=fleet["v2"], reason="v2 with legal v3")
     assert whitelists(prod) == {"legal": ["legal"]}
@@ -150,10 +157,10 @@ def test_the_production_gate_covers_whitelist_versions_never_in_effect_on_stagin
             base_number=2,
         )
     ]
-    pool_publish(actor=sre, pool=staging, version=v3, reason="try vip")
+    stage(sre, staging, v3, reason="try vip")
     pool_publish(actor=sre, pool=prod, version=v3, reason="vip v1 ran on staging")
     # Staging moves on to a version without vip; vip's next edit then takes effect on no non-production pool.
-    pool_publish(actor=sre, pool=staging, version=fleet["v2"], reason="back to legal only")
+    stage(sre, staging, fleet["v2"], reason="back to legal only")
     edit(agent, vip, ["vip", "gold"])
     with pytest.raises(ProductionGateClosed, match="vip v2 never took effect on a non-production pool"):
         pool_publish(actor=sre, pool=prod, version=v3, reason="pick up vip v2")
@@ -173,7 +180,7 @@ def canary(fleet):
     nodes = [node_create(actor=sre, name=f"gpu-{i}", pool=prod)[0] for i in range(1, 4)]
     EngineNode.objects.update(is_connected=True, applied_hash=fleet["v1"].content_hash, applied_version=fleet["v1"])
     edit(fleet["agent"], fleet["legal"], ["legal", "contract"])
-    pool_publish(actor=sre, pool=fleet["staging"], version=fleet["v2"], reason="staging first")
+    stage(sre, fleet["staging"], fleet["v2"], reason="staging first")
     pool_publish(actor=sre, pool=Pool.objects.get(pk=prod.pk), version=fleet["v2"], reason="v2 with legal v2")
     return {**fleet, "nodes": nodes, "rollout": Rollout.objects.get(pool=prod)}
 
@@ -269,7 +276,7 @@ def test_tuning_staff_cannot_republish(fleet, api_for):
 def test_the_data_migration_pins_the_current_versions_of_existing_releases(fleet):
     from django.apps import apps
 
-    migration = importlib.import_module("controlplane.nodes.migrations.0007_release_whitelist_pins")
+    migration = importlib.import_module("controlplane.nodes.migrations.0009_release_whitelist_pins")
     edit(fleet["agent"], fleet["legal"], ["legal", "contract"])
     for release in PoolRelease.objects.all():
         release.whitelist_versions.clear()  # as releases were before pins existed

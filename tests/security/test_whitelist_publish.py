@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from controlplane.nodes.models import EngineNode
+from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
@@ -35,7 +35,7 @@ def gateway_max_tokens(agent: AgentProcess) -> int:
         "business_tag": CONTRACT_REQUEST["business_tag"],
     }
     request = urllib.request.Request(
-        f"{agent.url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        f"{agent.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=agent.headers
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return int(response.headers["X-Policy-Max-Tokens"])
@@ -45,7 +45,7 @@ def explained_max_tokens(agent: AgentProcess) -> int:
     request = urllib.request.Request(
         f"{agent.url}/v1/policy/explain",
         data=json.dumps(CONTRACT_REQUEST).encode(),
-        headers={"Content-Type": "application/json"},
+        headers=agent.headers,
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())["decision"]["max_tokens"]
@@ -63,9 +63,12 @@ def fleet(tmp_path, sre, agent):
         actor=agent, template=template, document={"inference_params": {}}, base_number=None
     )
     staging = pool_create(actor=sre, name="staging", is_production=False)
+    # A short soak, so the version has run on staging by the time the SRE republishes to production below.
+    Pool.objects.filter(pk=staging.pk).update(soak_s=1)
     prod = pool_create(actor=sre, name="prod-main", is_production=True)
     pool_publish(actor=sre, pool=staging, version=version, reason="first")
-    pool_publish(actor=sre, pool=prod, version=version, reason="after staging")
+    # No node has run it yet: the production gate is skipped on the record (what this test holds is the whitelist).
+    pool_publish(actor=sre, pool=prod, version=version, reason="after staging", override_reason="fixture")
     agents = {}
     try:
         for pool in (staging, prod):

@@ -7,12 +7,22 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
-def _content_hash(params: dict) -> str:
-    """TemplateVersion.content_hash (a property, which migrations' historical models lack)."""
+def _content_hashes(version) -> set[str]:
+    """TemplateVersion.content_hash (a property, which migrations' historical models lack): as nodes computed it
+    before the model catalog (the effective parameters) and after it (with the pinned catalog entries)."""
     from controlplane.params import schema
 
-    canonical = json.dumps(schema.effective(params), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    def digest(content: dict) -> str:
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    effective = schema.effective(version.params)
+    hashes = {digest(effective)}
+    if hasattr(version, "pinned_models"):  # the catalog's migration ran before this one
+        pinned = version.pinned_models or {}
+        models = {field: pinned.get(field) for field in schema.MODEL_REFERENCE_FIELDS}
+        hashes.add(digest({**effective, "models": models}))
+    return hashes
 
 
 def record_nacks(apps, schema_editor):
@@ -25,7 +35,7 @@ def record_nacks(apps, schema_editor):
     nodes = EngineNode.objects.filter(pool__is_production=False, last_nack_at__isnull=False).exclude(last_nack_hash="")
     for node in nodes.select_related("pool"):
         releases = PoolRelease.objects.filter(pool=node.pool).select_related("version").order_by("-created_at")
-        version = next((r.version for r in releases if _content_hash(r.version.params) == node.last_nack_hash), None)
+        version = next((r.version for r in releases if node.last_nack_hash in _content_hashes(r.version)), None)
         if version is None:
             continue
         VersionRun.objects.create(

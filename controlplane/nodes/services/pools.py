@@ -83,7 +83,7 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
         first_stage = rollouts.rollout_first_stage(pool=locked)
         audit_after = {"canary": [node.name for node in first_stage]} if first_stage else {}
         if override_reason:
-            audit_after["production_gate"] = closed.message  # what the override skipped
+            audit_after["production_gate"] = closed.detail[0]["message"]  # what the override skipped
         release = release_record(
             pool=locked,
             actor=actor,
