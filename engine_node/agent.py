@@ -266,8 +266,8 @@ class Agent(PushedDocuments, NodeOperations):
                 await self._reply("ack", config.hash, config.version)
                 return
             try:
-                # Counting the states of new strict patterns' automata can take a while on a hostile config (~1 s at
-                # the limits): in a worker thread, so the gateway keeps answering meanwhile.
+                # Pricing new strict patterns (engine_node/policy/pattern_cost.py) takes seconds on a hostile config:
+                # in a worker thread, so the gateway keeps answering meanwhile.
                 await asyncio.to_thread(Policy, config.content)
             except PatternRejected as exc:  # names the pattern: temperature.strict_patterns[2]: ...
                 metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
