@@ -12,6 +12,7 @@ cost per byte depends on the pattern, so a pattern whose search automaton would 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import re2
 
@@ -217,9 +218,28 @@ def compile_patterns(patterns: object, field: str = "temperature.strict_patterns
         raise PatternRejected(field, "must be a list of regular expressions")
     compiled: list[StrictPattern] = []
     for index, pattern in enumerate(patterns):
-        compiled.append(StrictPattern(pattern, f"{field}[{index}]"))
+        compiled.append(strict_pattern(pattern, f"{field}[{index}]"))
         try:
             check_template([strict.cost for strict in compiled])
         except TooCostly as exc:
             raise PatternRejected(field, str(exc)) from None
     return compiled
+
+
+def strict_pattern(pattern: object, field: str) -> StrictPattern:
+    """StrictPattern(pattern, field), compiled once per process: a policy is rebuilt at every config and bundle push
+    (and the dashboard's explain builds one per request), and RE2 keeps the DFA states a pattern has built."""
+    if not isinstance(pattern, str) or not pattern:
+        raise PatternRejected(field, "must be a non-empty string")
+    compiled = _strict_pattern(pattern)
+    if isinstance(compiled, PatternRejected):
+        raise PatternRejected(field, compiled.message)
+    return compiled
+
+
+@lru_cache(maxsize=256)
+def _strict_pattern(pattern: str) -> StrictPattern | PatternRejected:
+    try:
+        return StrictPattern(pattern, "")
+    except PatternRejected as exc:
+        return exc
