@@ -28,7 +28,7 @@ from engine_node.policy import pattern_syntax as syntax
 # Positions of one expanded pattern (`\d{17}` is 17). Realistic strict patterns use at most ~70.
 MAX_POSITIONS = 250
 # The work of building a pattern's DFA states, in units of ~1-2 ns of a node's CPU (see `_count`): at most MAX_UNITS a
-# pattern (realistic strict patterns need at most ~3,000,000, the shipped ones ~100,000), MAX_TEMPLATE_UNITS a
+# pattern (realistic strict patterns need at most ~3,000,000, the shipped ones ~60,000), MAX_TEMPLATE_UNITS a
 # template. A node pays it once per config, over the messages that first reach each state.
 MAX_UNITS = 4_000_000
 MAX_TEMPLATE_UNITS = 12_000_000
@@ -378,11 +378,15 @@ def check_program(program: int | None) -> None:
     """TooCostly when RE2's program for one pattern has more than MAX_PROGRAM instructions (None: RE2 gave up
     compiling it, far past that)."""
     if program is None or program > MAX_PROGRAM:
-        size = "would have far more than" if program is None else f"has {program:,} instructions, more than"
-        raise TooCostly(
-            f"too costly to compile on every node: RE2's program for it {size} {MAX_PROGRAM:,} instructions (\\w "
-            "alone is 1,343, \\d 86, and a counted repeat copies them); use narrower classes or fewer repeats"
-        )
+        raise TooCostly(program_too_large(program))
+
+
+def program_too_large(program: int | None) -> str:
+    size = "would have far more than" if program is None else f"has {program:,} instructions, more than"
+    return (
+        f"too costly to compile on every node: RE2's program for it {size} {MAX_PROGRAM:,} instructions (\\w alone "
+        "is 1,343, \\d 86, and a counted repeat copies them); use narrower classes or fewer repeats"
+    )
 
 
 def check_template(costs: list[Cost]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from array import array
 from functools import lru_cache
 from re import _constants as sre
@@ -23,14 +24,18 @@ Ranges = tuple[tuple[int, int], ...]
 ANY: Ranges = ((0, 0x10FFFF),)
 NEWLINE: Ranges = ((10, 10),)
 ASCII_WORD: Ranges = ((48, 57), (65, 90), (95, 95), (97, 122))  # what RE2's \b looks at
-# Python's Unicode meaning of the Perl classes, as engine_node.policy.patterns spells them for RE2.
+# Python's Unicode meaning of the Perl classes \d, \s, \w, spelled for RE2 (engine_node.policy.patterns translates
+# patterns with these; a test compares them with Python's `re` over every assigned code point).
+DIGIT = r"\p{Nd}"
+SPACE = r"\t\n\x0b\f\r\x1c-\x1f \x{85}\p{Z}"
+WORD = r"\p{L}\p{N}_"
 _CATEGORIES = {
-    sre.CATEGORY_DIGIT: (r"\p{Nd}", False),
-    sre.CATEGORY_NOT_DIGIT: (r"\p{Nd}", True),
-    sre.CATEGORY_SPACE: (r"[\t\n\x0b\f\r\x1c-\x1f \x{85}\p{Z}]", False),
-    sre.CATEGORY_NOT_SPACE: (r"[\t\n\x0b\f\r\x1c-\x1f \x{85}\p{Z}]", True),
-    sre.CATEGORY_WORD: (r"[\p{L}\p{N}_]", False),
-    sre.CATEGORY_NOT_WORD: (r"[\p{L}\p{N}_]", True),
+    sre.CATEGORY_DIGIT: (DIGIT, False),
+    sre.CATEGORY_NOT_DIGIT: (DIGIT, True),
+    sre.CATEGORY_SPACE: (f"[{SPACE}]", False),
+    sre.CATEGORY_NOT_SPACE: (f"[{SPACE}]", True),
+    sre.CATEGORY_WORD: (f"[{WORD}]", False),
+    sre.CATEGORY_NOT_WORD: (f"[{WORD}]", True),
 }
 _PLACEHOLDERS = 0x10FF00  # private-use code points standing for RE2 classes while Python's parser reads a pattern
 _FLAGS = re.compile(r"\(\?([imsU]*(?:-[imsU]*)?)(\)|:)")
@@ -206,7 +211,9 @@ def parse(pattern: str) -> tuple[sre_parse.SubPattern, dict[int, Ranges]]:
             out.append(char)
             i += 1
     prefix = f"(?{''.join(sorted(flags))})" if flags else ""
-    return sre_parse.parse(prefix + "".join(out)), classes
+    with warnings.catch_warnings():  # "possible nested set" and the like: Python's future, not RE2's syntax
+        warnings.simplefilter("ignore", FutureWarning)
+        return sre_parse.parse(prefix + "".join(out)), classes
 
 
 def charset(op, av, flags: int, classes: dict[int, Ranges]) -> Ranges:

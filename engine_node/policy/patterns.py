@@ -16,12 +16,19 @@ from functools import lru_cache
 
 import re2
 
-from engine_node.policy.pattern_cost import MAX_PROGRAM, Cost, TooCostly, check_program, check_template, estimate
+from engine_node.policy.pattern_cost import (
+    MAX_PROGRAM,
+    Cost,
+    TooCostly,
+    check_program,
+    check_template,
+    estimate,
+    program_too_large,
+)
+from engine_node.policy.pattern_syntax import DIGIT, SPACE, WORD
 
 # Python's Unicode classes spelled for RE2 (a test compares them with `re` over every assigned code point).
-_DIGIT = r"\p{Nd}"
-_SPACE = r"\t\n\x0b\f\r\x1c-\x1f \x{85}\p{Z}"
-_WORD = r"\p{L}\p{N}_"
+_DIGIT, _SPACE, _WORD = DIGIT, SPACE, WORD
 _OUTSIDE = {
     "d": _DIGIT,
     "D": r"\P{Nd}",
@@ -33,8 +40,8 @@ _OUTSIDE = {
 }
 _INSIDE = {"d": _DIGIT, "D": r"\P{Nd}", "s": _SPACE, "w": _WORD}
 # One compiled pattern's memory, program and lazily built DFA states together. Less makes RE2 leave its DFA for its
-# far slower NFA sooner: `\w{1,10}x` ran out of 8 MiB backwards on a long match (61 ms a search); the cost bound keeps
-# every accepted pattern's states well inside 32 MiB, and RE2 only allocates the states it builds.
+# far slower NFA sooner: with 8 MiB, `\w{1,20}x` ran out of memory backwards on every match (31 ms a search, 36 us
+# with 32 MiB). The cost bound keeps accepted patterns' states well inside this; RE2 allocates only what it builds.
 MAX_MEM = 32 << 20
 # RE2's first look at a pattern, which also stops compiling a program well past MAX_PROGRAM (a program of 1.3 million
 # instructions, `\w{1000}`, takes seconds to compile; RE2 gives up on it at ~32,000 here, in milliseconds).
@@ -160,10 +167,7 @@ def _compile(pattern: str, field: str, options: re2.Options) -> re2._Regexp:
     except re2.error as exc:
         reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         if "too large" in reason:
-            try:
-                check_program(None)
-            except TooCostly as too_large:
-                raise PatternRejected(field, str(too_large)) from None
+            raise PatternRejected(field, program_too_large(None)) from None
         message = f"is not a valid regular expression: {reason}{_hint(reason)}"
         raise PatternRejected(field, message) from None
     except ValueError as exc:  # from translate()
