@@ -10,6 +10,9 @@ the policy runs. Figures are ratios against that baseline, or after against befo
 read them by. Each "after" figure is the best of several runs (noise from other processes stays out); a "before"
 figure that takes seconds is run once.
 
+The last sections (bench/pattern_costs.py) time strict patterns whose RE2 automaton is large: the ones the cost bound
+refuses, the costliest it accepts, and a template at its limits.
+
 Run from the repository root: `.venv/bin/python bench/policy_hostile.py [--passes N]`.
 """
 
@@ -31,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import pattern_costs  # noqa: E402  (bench/pattern_costs.py)
 
 from controlplane.params import schema  # noqa: E402
 from engine_node import openai_api  # noqa: E402
@@ -175,6 +180,9 @@ def run(passes: int) -> dict:
         "templates": templates,
         "offload": offload_cost(after, texts[:2000]),
         "passes": passes,
+        "pattern_costs": pattern_costs.measure(),
+        "cost_templates": [pattern_costs.template_costs(hostile_messages(), heavy=heavy) for heavy in (True, False)],
+        "groups": pattern_costs.groups(),
     }
 
 
@@ -237,6 +245,7 @@ def report(r: dict) -> None:
     print(f"{'':34} {'inline':>10} {'thread':>10} {'thread/inline':>14}")
     print(f"{'wall time per decision':<34} {wi:>7.1f} us {wt:>7.1f} us {wt / wi:>13.2f}x")
     print(f"{'CPU time per decision':<34} {ci:>7.1f} us {ct:>7.1f} us {ct / ci:>13.2f}x")
+    pattern_costs.report(r["pattern_costs"], r["cost_templates"], r["groups"], base)
 
 
 def main() -> None:

@@ -289,7 +289,9 @@ class Agent(PushedDocuments, NodeOperations):
                 await self._reply("ack", config.hash, config.version)
                 return
             try:
-                Policy(config.content)
+                # Pricing new strict patterns (engine_node/policy/pattern_cost.py) takes seconds on a hostile config:
+                # in a worker thread, so the gateway keeps answering meanwhile.
+                await asyncio.to_thread(Policy, config.content)
             except PatternRejected as exc:  # names the pattern: temperature.strict_patterns[2]: ...
                 metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
                 await self._reply("nack", config.hash, config.version, str(exc))
@@ -365,8 +367,9 @@ class Agent(PushedDocuments, NodeOperations):
         try:
             policy = Policy(params, bundle, self.classifier)
         except PatternRejected as exc:
-            # Only a config stored before strict patterns ran on RE2 gets here (a pushed one is checked before it is
-            # applied): serve it with the default patterns rather than not start, until the next push replaces it.
+            # Only a config stored before strict patterns ran on RE2, or before their cost was bounded, gets here (a
+            # pushed one is checked before it is applied): serve it with the default patterns rather than not start,
+            # until the next push replaces it.
             log.error("last good config %s: %s; its strict patterns are replaced by the defaults", label, exc)
             temperature = {**params.get("temperature", {}), "strict_patterns": DEFAULT_STRICT_PATTERNS}
             policy = Policy({**params, "temperature": temperature}, bundle, self.classifier)

@@ -20,7 +20,8 @@ from controlplane.params.schema import (
     FieldError,
     effective,
 )
-from engine_node.policy.patterns import PatternRejected, compile_pattern
+from engine_node.policy.pattern_cost import TooCostly, check_template
+from engine_node.policy.patterns import PatternRejected, compile_pattern, pattern_cost
 
 
 def validate(document: Any) -> tuple[dict, list[FieldError]]:
@@ -147,7 +148,7 @@ def _check_regexes(path: str, value: Any) -> list[FieldError]:
         return [FieldError(path, f"must be a list of regular expressions, got {_type_name(value)}")]
     if len(value) > MAX_PATTERNS:
         return [FieldError(path, f"must hold at most {MAX_PATTERNS} patterns")]
-    errors = []
+    errors, costs, over_budget = [], [], False
     for i, pattern in enumerate(value):
         item = f"{path}[{i}]"
         if not isinstance(pattern, str) or not pattern:
@@ -155,11 +156,18 @@ def _check_regexes(path: str, value: Any) -> list[FieldError]:
         elif len(pattern) > MAX_PATTERN_LENGTH:
             errors.append(FieldError(item, f"must be at most {MAX_PATTERN_LENGTH} characters"))
         else:
-            # The node's own compiler (RE2, linear time): what passes here is what the agent accepts.
+            # The node's own compiler and cost bound: what passes here is what the agent accepts. Once the list is over
+            # its budget, the rest get RE2's verdict only (counting their states would change nothing).
             try:
-                compile_pattern(pattern, item)
+                compile_pattern(pattern, item, bounded=False)
+                if not over_budget:
+                    costs.append(pattern_cost(pattern, item))
+                    check_template(costs)
             except PatternRejected as exc:
                 errors.append(FieldError(item, exc.message))
+            except TooCostly as exc:
+                errors.append(FieldError(path, str(exc)))
+                over_budget = True
     return errors
 
 

@@ -2,10 +2,12 @@
 within 50 ms of their latency without that load, measured in the same test on one agent serving the simulator.
 
 The node's template adds two patterns that are exponential for a backtracking engine, `(a|a)+$` and `(x+x+)+y`,
-to the shipped strict patterns; the hostile messages are the ones that used to cost a gateway seconds (4,000 and
-20,000 digits, 28 a's and a `!`), long runs of one or of varied CJK characters, emoji, combining marks, lone
-surrogates, a long pasted text and explain requests. The simulated engine charges nothing per prompt token
-(`prefill_per_token_ms: 0`) and batches nothing (`batch.min_size: 1`), so the latency compared is the gateway's.
+and two whose RE2 automaton is among the costliest the cost bound accepts, to the shipped strict patterns; the hostile
+messages are the ones that used to cost a gateway seconds (4,000 and 20,000 digits, 28 a's and a `!`), the texts that
+make RE2 build a new state of those automata at each character, long runs of one or of varied CJK characters, emoji,
+combining marks, lone surrogates, a long pasted text and explain requests. The simulated engine charges nothing per
+prompt token (`prefill_per_token_ms: 0`) and batches nothing (`batch.min_size: 1`), so the latency compared is the
+gateway's.
 """
 
 import json
@@ -20,6 +22,7 @@ from collections import Counter
 import pytest
 
 from controlplane.params import schema
+from engine_node.policy.pattern_walk import costly_text
 from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until
 from tests.engine_node.test_gateway_policy import start_node
 
@@ -36,6 +39,8 @@ reply_length:
   max: 32
 """
 TRAP_PATTERNS = [r"(a|a)+$", r"(x+x+)+y"]
+# Accepted, near the per-pattern limit (engine_node/policy/pattern_cost.py): ~1.4 and ~1.6 million units.
+COSTLY_PATTERNS = [r"(?:😀|😁)*😀(?:😀|😁){9}c", r"\p{Han}{2,6}(?:省|自治区)\p{Han}{2,8}(?:市|州|盟)"]
 ADDED_LATENCY_LIMIT_MS = 50
 SAMPLES = 30
 MODEL = "simulated-chat-model"
@@ -71,6 +76,7 @@ def hostile_requests() -> list[tuple[str, bytes]]:
         # A pasted order history, ~27,000 characters. (Longer pastes stall the simulator's own Python tokenizer,
         # which the engine's latency, not the gateway's, would then show.)
         "订单 DD20241111887766 付了 1299 元，还没发货；" * 700,
+        *(costly_text(pattern) for pattern in COSTLY_PATTERNS),
     ]
     explains = ["1" * 20000, "a" * 28 + "!", varied_cjk[:2000] * 10]
     return [("/v1/chat/completions", chat_body(text)) for text in chats] + [
@@ -140,7 +146,7 @@ class HostileLoad:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     params = {
-        "temperature": {"strict_patterns": [*schema.DEFAULT_STRICT_PATTERNS, *TRAP_PATTERNS]},
+        "temperature": {"strict_patterns": [*schema.DEFAULT_STRICT_PATTERNS, *TRAP_PATTERNS, *COSTLY_PATTERNS]},
         "batch": {"min_size": 1},
     }
     agent = start_node(tmp_path_factory, "hostile-node", params=params, profile=PROFILE)

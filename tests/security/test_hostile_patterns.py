@@ -1,6 +1,7 @@
-"""Strict patterns a template author writes cannot stall a node or the dashboard: what RE2 cannot run is refused at
-save (REST API, the field named) and NACKed by the agent when pushed anyway; the dashboard's "Try a message"
-(the explain API) answers a hostile message as promptly as a normal one."""
+"""Strict patterns a template author writes cannot stall a node or the dashboard: what RE2 cannot run, and what it
+would run too slowly (a search automaton too costly to build, engine_node/policy/pattern_cost.py), is refused at save
+(REST API, the field named) and NACKed by the agent when pushed anyway; the dashboard's "Try a message" (the explain
+API) answers a hostile message as promptly as a normal one."""
 
 import json
 import random
@@ -27,6 +28,19 @@ REFUSED = {
     "look-behind": (r"(?<!\d)1[3-9]\d{9}", "which has no look-around"),
     "look-ahead": (r"\d{11}(?!\d)", "which has no look-around"),
 }
+# Linear in the text, yet each of these made RE2 build a new DFA state at every character of a hostile message
+# (15 to 60 ms a message, bench/policy_hostile.py); the refusal says why in the author's terms.
+TOO_COSTLY = {
+    "{60} after an open loop": (r"(?:😀|😁)*😀(?:😀|😁){60}c", "(its counted repeats: {60})"),
+    "{24} after an open loop": (r"(?:😀|😁)*😀(?:😀|😁){24}c", "leave them open ({2,} rather than {2,10})"),
+    "nested counted repeats": (r"(?:\p{Han}{1,20}){1,50}c", "far more than 16,384 instructions"),
+    "bounded address parts": (
+        r"[\u4e00-\u9fa5]{2,10}(?:省|市)[\u4e00-\u9fa5]{2,10}(?:市|区|县)[\u4e00-\u9fa5]{2,20}(?:路|街|道|巷)\d+号",
+        "partial match that can start at each character",
+    ),
+}
+# Each accepted on its own; together more than a template may cost.
+HEAVY_TEMPLATE = [f"(?:[ab]*a[ab]{{9}}c){'y' * i}" for i in range(12)]
 ADDED_LIMIT_MS = 50
 
 
@@ -47,6 +61,37 @@ def test_a_pattern_re2_cannot_run_is_refused_at_save_naming_it(api_for, sre, pat
     assert "temperature.strict_patterns[1]" in error_paths(body), body
     assert "temperature.strict_patterns[1]: is not a valid regular expression" in body["error"], body
     assert reason in body["error"], body
+    assert state_snapshot() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("pattern", "reason"), TOO_COSTLY.values(), ids=TOO_COSTLY.keys())
+def test_a_pattern_too_costly_for_re2_is_refused_at_save_naming_it(api_for, sre, pattern, reason):
+    template_create(actor=sre, name="chat")
+    before = state_snapshot()
+    response = api_for("agent").post(
+        VERSIONS, {"base_version": None, "document": document(r"\d+元", pattern)}, format="json"
+    )
+    assert response.status_code == 400, response.content[:500]
+    body = response.json()
+    assert error_paths(body) == ["temperature.strict_patterns[1]"], body
+    assert "temperature.strict_patterns[1]: too costly to " in body["error"], body
+    assert reason in body["error"], body
+    assert state_snapshot() == before
+
+
+@pytest.mark.django_db
+def test_patterns_that_together_cost_too_much_are_refused_at_save_naming_the_list(api_for, sre):
+    template_create(actor=sre, name="chat")
+    client = api_for("agent")
+    response = client.post(VERSIONS, {"base_version": None, "document": document(*HEAVY_TEMPLATE[:6])}, format="json")
+    assert response.status_code == 201, response.content[:500]  # six of them fit
+    before = state_snapshot()
+    response = client.post(VERSIONS, {"base_version": 1, "document": document(*HEAVY_TEMPLATE)}, format="json")
+    assert response.status_code == 400, response.content[:500]
+    body = response.json()
+    assert error_paths(body) == ["temperature.strict_patterns"], body
+    assert "temperature.strict_patterns: too costly to run on every message together" in body["error"], body
     assert state_snapshot() == before
 
 
@@ -93,6 +138,30 @@ def test_a_config_pushed_past_validation_is_nacked_naming_the_pattern(tmp_path, 
         ), refused.last_nack_error
         assert "backreferences" in refused.last_nack_error
         assert refused.applied_hash == v1.content_hash
+        # What RE2 would run too slowly, one pattern or several together: the agent applies the same bound.
+        for number, (patterns, field) in enumerate(
+            [
+                ([r"\d+元", TOO_COSTLY["{60} after an open loop"][0]], "temperature.strict_patterns[1]"),
+                (HEAVY_TEMPLATE, "temperature.strict_patterns"),
+            ],
+            start=3,
+        ):
+            params = document(*patterns)["inference_params"]
+            costly = TemplateVersion.objects.create(
+                template=template, number=number, base_number=1, author=sre, params=params
+            )
+            ParameterTemplate.objects.filter(pk=template.pk).update(latest_number=number)
+            pool_publish(actor=sre, pool=Pool.objects.get(pk=pool.pk), version=costly, reason="pushed past validation")
+            wait_until(
+                lambda costly=costly: EngineNode.objects.get(pk=node.pk).last_nack_hash == costly.content_hash,
+                60,
+                f"the NACK of v{number}",
+            )
+            refused = EngineNode.objects.get(pk=node.pk)
+            assert refused.last_nack_error.startswith(f"{field}: too costly to run on every message"), (
+                refused.last_nack_error
+            )
+            assert refused.applied_hash == v1.content_hash
         status, reply = agent.chat()
         assert status == 200 and reply["choices"][0]["message"]["content"]
         assert agent.health()["applied"] == "chat v1"
@@ -147,10 +216,13 @@ def test_the_dashboard_explain_answers_a_hostile_message_as_promptly_as_a_normal
 
 
 @pytest.mark.django_db
-def test_explaining_a_version_saved_before_re2_names_the_refused_pattern(api_for, sre):
+@pytest.mark.parametrize(
+    "pattern", [r"(?<!\d)1[3-9]\d{9}(?!\d)", TOO_COSTLY["{60} after an open loop"][0]], ids=["look-behind", "costly"]
+)
+def test_explaining_a_version_saved_before_re2_names_the_refused_pattern(api_for, sre, pattern):
     template = template_create(actor=sre, name="chat")
     old = TemplateVersion.objects.create(
-        template=template, number=1, author=sre, params=document(r"(?<!\d)1[3-9]\d{9}(?!\d)")["inference_params"]
+        template=template, number=1, author=sre, params=document(pattern)["inference_params"]
     )
     response = api_for("agent").post(
         reverse("api:template-version-explain", args=["chat", old.number]), {"message": "13812345678"}, format="json"
