@@ -172,7 +172,13 @@ def engine_url(agent: "AgentProcess") -> str:
 
 
 class Traffic:
-    """Steady chat requests to every agent from background threads; counts outcomes by status."""
+    """Steady chat requests to every agent from background threads; counts outcomes by status.
+
+    A client as the official `openai` one behaves: a 503 with Retry-After (a node warming up after a cold change) is
+    retried after that many seconds, at most twice; only what still fails then counts as failed (`retried` counts the
+    retries)."""
+
+    RETRIES = 2
 
     def __init__(self, agents: list[AgentProcess], per_agent_threads: int = 2, texts: list[str] | None = None):
         """`texts`: messages sent in turn (numbered so no two are alike); the default is one fixed message."""
@@ -180,6 +186,7 @@ class Traffic:
         self.texts = texts
         self.outcomes: Counter = Counter()
         self.errors: list[str] = []
+        self.retried = 0
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._loop, args=(agent,), daemon=True)
@@ -189,11 +196,18 @@ class Traffic:
 
     def _loop(self, agent: AgentProcess) -> None:
         while not self._stop.is_set():
-            try:
-                status, _ = agent.chat(self._text()) if self.texts else agent.chat()
-            except Exception as exc:  # a reset or refused connection is exactly what must not happen
-                status = "exception"
-                self.errors.append(f"{agent.name}: {exc!r}")
+            text = self._text() if self.texts else None
+            for attempt in range(self.RETRIES + 1):
+                try:
+                    status, body = agent.chat(text) if text else agent.chat()
+                except Exception as exc:  # a reset or refused connection is exactly what must not happen
+                    status, body = "exception", {}
+                    self.errors.append(f"{agent.name}: {exc!r}")
+                retry_after = body.get("retry_after") if status == 503 else None
+                if retry_after is None or attempt == self.RETRIES or self._stop.is_set():
+                    break
+                self.retried += 1
+                time.sleep(min(float(retry_after), 5.0))
             self.outcomes[status] += 1
 
     def _text(self) -> str:

@@ -52,6 +52,7 @@ def test_real_vllm_gets_one_element_per_option_no_secrets_and_survives_a_hostile
         assert all(opt in SWITCHES or (opt.startswith("--") and "=" in opt) for opt in options), options
         assert flag_value(options, "--model") == str(tiny_model_dir)
         assert flag_value(options, "--served-model-name") == SERVED_MODEL_NAME
+        wait_until(lambda: agent.health()["status"] == "online", 120, "the start-up warmup to end")
         assert agent.chat("Where is my order?")[0] == 200
 
         environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
