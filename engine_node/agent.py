@@ -32,7 +32,7 @@ from engine_node.gpus import gpu_inventory
 from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.rules import Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
-from engine_node.settings import AgentSettings
+from engine_node.settings import AgentSettings, gateway_url
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
 from engine_node.warmup import WarmupRunner
@@ -49,6 +49,8 @@ class Agent(PushedDocuments, NodeOperations):
     def __init__(self, settings: AgentSettings):
         self.settings = settings
         self.status = "starting"
+        # The gateway's port: the flag's, or the one the OS picked for --port 0 once it listens.
+        self.port = settings.port
         self._background: set[asyncio.Task] = set()
         self.store = LastGoodStore(settings.state_dir)
         self.policy_store = PolicyStore(settings.state_dir)
@@ -96,6 +98,7 @@ class Agent(PushedDocuments, NodeOperations):
         self._runner: web.AppRunner | None = None
         self._apply_lock = asyncio.Lock()
         self._sent_log_tail: list[str] = []
+        self._sent_model_name = ""
         self._log_sent_at = float("-inf")
         # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
         self._held = False
@@ -185,11 +188,20 @@ class Agent(PushedDocuments, NodeOperations):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    @property
+    def gateway_url(self) -> str:
+        """Where clients send their OpenAI requests (plus /v1), as shown on the node's page."""
+        return gateway_url(self.settings, self.port)
+
     def hello(self) -> dict:
+        self._sent_model_name = self.engine.model_name
         return {
             "type": "hello",
             "node": self.settings.node_name,
             "hostname": socket.gethostname(),
+            "gateway_url": self.gateway_url,
+            # The `model` clients must send: the engine's served model name (a cold config can change it).
+            "served_model_name": self._sent_model_name,
             "backend": self.settings.backend,
             "engine_version": self.engine.version,
             "agent_version": __version__,
@@ -206,6 +218,8 @@ class Agent(PushedDocuments, NodeOperations):
 
     def heartbeat(self) -> dict:
         message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
+        if self.engine.model_name != self._sent_model_name:
+            message["served_model_name"] = self._sent_model_name = self.engine.model_name
         tail = list(self.engine.log_tail)[-20:]
         # The log moves with every request; shipping it at most every 10 s keeps heartbeats small.
         now = time.monotonic()
@@ -219,6 +233,7 @@ class Agent(PushedDocuments, NodeOperations):
             "status": self.status,
             "node": self.settings.node_name,
             "backend": self.settings.backend,
+            "served_model_name": self.engine.model_name,
             "applied": self.config.label if self.config else None,
             "in_flight": self.admission.in_flight,
             "engine_pid": self.engine.pid,

@@ -195,3 +195,44 @@ def test_gpu_inventory_parses_nvidia_smi_csv():
         {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-77aa", "memory_mib": 143771, "driver": "570.86.15"},
     ]
     assert parse("") == []
+
+
+def test_hello_reports_the_gateway_url_and_the_model_clients_send_and_heartbeats_follow_a_renamed_model(tmp_path):
+    from engine_node.agent import Agent
+
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n1", backend="simulator", model="base-model",
+        served_model_name="chat", state_dir=tmp_path, port=9123,
+    )  # fmt: skip
+
+    async def scenario():
+        agent = Agent(settings)
+        agent.engine.args = engine_args(NodeConfig.from_message(message()), settings)
+        hello = agent.hello()
+        quiet = agent.heartbeat()
+        renamed = {**CONTENT, "engine": {**CONTENT["engine"], "served_model_name": "support-bot"}}
+        agent.engine.args = engine_args(NodeConfig.from_message(message(renamed)), settings)
+        return hello, quiet, agent.heartbeat(), agent.heartbeat()
+
+    hello, quiet, renamed, after = asyncio.run(scenario())
+    assert (hello["gateway_url"], hello["served_model_name"]) == ("http://127.0.0.1:9123", "chat")
+    assert "served_model_name" not in quiet
+    assert renamed["served_model_name"] == "support-bot"
+    assert "served_model_name" not in after
+
+
+def test_advertise_url_is_checked_and_a_wildcard_host_advertises_the_host_name(monkeypatch):
+    import socket
+
+    from engine_node.settings import from_args, gateway_url
+
+    advertised = from_args(["--backend", "simulator", "--advertise-url", "https://gpu-1.example.com:9443/"])
+    assert gateway_url(advertised, 9000) == "https://gpu-1.example.com:9443"
+    for bad in ("javascript:alert(1)", "ftp://gpu-1/", "https://user:pw@gpu-1/", "http://", "http://gpu 1/"):
+        with pytest.raises(SystemExit):
+            from_args(["--backend", "simulator", "--advertise-url", bad])
+    monkeypatch.setattr(socket, "getfqdn", lambda: "gpu-7.example.com")
+    assert (
+        gateway_url(from_args(["--backend", "simulator", "--host", "0.0.0.0"]), 9000) == "http://gpu-7.example.com:9000"
+    )
+    assert gateway_url(from_args(["--backend", "simulator", "--host", "::1"]), 9000) == "http://[::1]:9000"
