@@ -5,9 +5,11 @@
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
+import signal
 
 import aiohttp
 
@@ -72,7 +74,17 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s loadgen %(message)s")
-    asyncio.run(run(args.urls, args.qps, args.model, args.duration))
+    asyncio.run(_until_stopped(run(args.urls, args.qps, args.model, args.duration)))
+
+
+async def _until_stopped(work) -> None:
+    """Run `work` until it ends or SIGTERM/SIGINT arrives; a stop is quiet (no traceback) and immediate."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 if __name__ == "__main__":

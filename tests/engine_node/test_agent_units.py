@@ -236,3 +236,53 @@ def test_advertise_url_is_checked_and_a_wildcard_host_advertises_the_host_name(m
         gateway_url(from_args(["--backend", "simulator", "--host", "0.0.0.0"]), 9000) == "http://gpu-7.example.com:9000"
     )
     assert gateway_url(from_args(["--backend", "simulator", "--host", "::1"]), 9000) == "http://[::1]:9000"
+
+
+def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
+    """A config being applied (cold restart, warmup) when the agent stops must not run on into its shut-down."""
+    from aiohttp import web
+
+    from engine_node.control import ControlLink
+
+    async def scenario():
+        async def agent_socket(request):
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.send_json({"type": "welcome", "heartbeat_s": 60})
+            await ws.receive()  # the hello
+            await ws.send_json({"type": "config"})
+            async for _ in ws:
+                pass
+            return ws
+
+        app = web.Application()
+        app.router.add_get("/ws/agent/", agent_socket)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        handling, outcome = asyncio.Event(), []
+
+        async def on_message(message):
+            handling.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                outcome.append("cancelled")
+                raise
+
+        link = ControlLink(
+            url=f"ws://127.0.0.1:{port}/ws/agent/", token="t", hello=lambda: {"type": "hello"},
+            heartbeat=lambda: {"type": "heartbeat"}, on_message=on_message,
+        )  # fmt: skip
+        running = asyncio.create_task(link.run())
+        await asyncio.wait_for(handling.wait(), 10)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        settled = list(outcome)  # before asyncio.run cancels whatever is left at its end
+        await runner.cleanup()
+        return settled
+
+    assert asyncio.run(scenario()) == ["cancelled"]

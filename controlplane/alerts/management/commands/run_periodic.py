@@ -18,6 +18,8 @@ from django.db import close_old_connections, connections
 from controlplane.celery import app
 
 log = logging.getLogger("controlplane.periodic")
+# How long a stop waits for the periodic runs in progress (an alert pass takes well under a second).
+JOIN_TIMEOUT_S = 10.0
 
 
 class Entry:
@@ -109,8 +111,12 @@ class Command(BaseCommand):
             self.stdout.write(f"ran {', '.join(e.name for e in entries)}")
             return
         stop = threading.Event()
-        for entry in entries:
-            threading.Thread(target=run_forever, args=(entry, stop), name=f"periodic-{entry.name}", daemon=True).start()
+        threads = [
+            threading.Thread(target=run_forever, args=(entry, stop), name=f"periodic-{entry.name}", daemon=True)
+            for entry in entries
+        ]
+        for thread in threads:
+            thread.start()
         self.stdout.write(
             "periodic: " + ", ".join(f"{e.name} every {e.period_s:g} s" if e.period_s else e.name for e in entries)
         )
@@ -124,6 +130,10 @@ class Command(BaseCommand):
             pass
         finally:
             stop.set()
+            # Let a run in progress finish: a thread still inside SQLite while the interpreter exits can crash it.
+            deadline = time.monotonic() + JOIN_TIMEOUT_S
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _serve(self, address: str) -> None:
         host, _, port = address.rpartition(":")

@@ -1,6 +1,8 @@
 """Start a simulated fleet for the demo: agents on the vLLM-protocol simulator plus synthetic traffic.
 
-Every number these nodes report comes from the simulator's latency model, not from vLLM.
+Every number these nodes report comes from the simulator's latency model (profiles/demo.yaml), not from vLLM.
+SIGTERM or SIGINT stops every process it started within STOP_TIMEOUT_S; if this command dies without stopping them
+(SIGKILL), its agents get SIGTERM from the kernel and stop their simulators (engine_node/lifetime.py).
 """
 
 import os
@@ -17,8 +19,13 @@ from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create, node_token_rotate
+from engine_node.lifetime import tied_to_parent
+from engine_node.simulator.profile import DEMO_PROFILE_PATH
 
 DEMO_NODES = [("sim-staging-1", "staging"), ("sim-prod-1", "prod-main"), ("sim-prod-2", "prod-main")]
+MODEL_NAME = "simulated-chat-model"
+# An agent stops its gateway (6 s at most, engine_node/agent.py) and then its simulator (2 s); past this it is killed.
+STOP_TIMEOUT_S = 10.0
 
 
 def _free_port() -> int:
@@ -33,13 +40,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--control-plane", default="ws://127.0.0.1:8000/ws/agent/", help="agent WebSocket URL")
         parser.add_argument("--qps", type=float, default=3.0, help="synthetic requests per second over all nodes")
+        parser.add_argument(
+            "--simulator-profile",
+            default=str(DEMO_PROFILE_PATH),
+            help="latency profile of the nodes' simulators (default: the field report's tuned deployment, demo.yaml)",
+        )
 
-    def handle(self, *args, control_plane, qps, **options):
+    def handle(self, *args, control_plane, qps, simulator_profile, **options):
         admin = User.objects.filter(role=Role.ADMIN, is_active=True).order_by("pk").first()
         if admin is None:
             self.stderr.write("no active admin to issue node tokens; run `manage.py seed_demo` first")
             return
-        processes: list[subprocess.Popen] = []
+        processes: dict[subprocess.Popen, str] = {}
         gateways = []
         state_root = settings.VAR_DIR / "demo-fleet"
         for name, pool_name in DEMO_NODES:
@@ -54,42 +66,66 @@ class Command(BaseCommand):
                 token = node_token_rotate(actor=admin, node=node, reason="make run: demo fleet started")
             port = _free_port()
             gateways.append(f"http://127.0.0.1:{port}")
-            processes.append(
-                subprocess.Popen(
+            agent = subprocess.Popen(
+                tied_to_parent(
                     [
                         sys.executable,
                         "-m",
                         "engine_node",
                         "--backend",
                         "simulator",
+                        "--simulator-profile",
+                        str(simulator_profile),
                         "--node-name",
                         name,
                         "--control-plane-url",
                         control_plane,
                         "--port",
                         str(port),
+                        "--served-model-name",
+                        MODEL_NAME,
                         "--state-dir",
                         str(state_root / name),
-                    ],
-                    env={**os.environ, "ENGINE_NODE_TOKEN": token},
-                )
+                    ]
+                ),
+                env={**os.environ, "ENGINE_NODE_TOKEN": token},
             )
+            processes[agent] = f"the agent of {name}"
             self.stdout.write(f"  simulated node {name} ({pool_name}) gateway http://127.0.0.1:{port}/v1")
-        time.sleep(3)
-        processes.append(subprocess.Popen([sys.executable, "-m", "engine_node.loadgen", "--qps", str(qps), *gateways]))
-        self.stdout.write(f"  synthetic traffic: {qps} requests/s over {len(gateways)} simulated nodes")
+        if not processes:
+            self.stderr.write("no pool named staging or prod-main; run `manage.py seed_demo` first")
+            return
+        self.stdout.write(f"  model name: {MODEL_NAME} (each node's page shows an example call)")
+        self.stdout.flush()
+        # A flag, not a threading.Event: a handler that set() an Event could deadlock on the lock its wait() holds.
+        stopping: list[int] = []
+        signal.signal(signal.SIGTERM, lambda signum, _: stopping.append(signum))
+        signal.signal(signal.SIGINT, lambda signum, _: stopping.append(signum))
+        started = time.monotonic()
+        while not stopping:
+            time.sleep(0.2)
+            if len(processes) == len(gateways) and time.monotonic() - started >= 3:
+                loadgen = [sys.executable, "-m", "engine_node.loadgen", "--qps", str(qps), "--model", MODEL_NAME]
+                processes[subprocess.Popen(tied_to_parent([*loadgen, *gateways]))] = "the synthetic traffic"
+                self.stdout.write(f"  synthetic traffic: {qps} requests/s over {len(gateways)} simulated nodes")
+                self.stdout.flush()
+            exited = [p for p in processes if p.poll() is not None]
+            if exited:
+                self.stderr.write(f"demo fleet: {processes[exited[0]]} exited with {exited[0].returncode}; stopping")
+                break
+        _stop(list(processes))
 
-        def stop(*_):
-            for process in processes:
-                process.terminate()
 
-        signal.signal(signal.SIGTERM, stop)
+def _stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM to every process (agents stop their engines), SIGKILL to any still running after STOP_TIMEOUT_S: an
+    agent killed that way still takes its engine with it (engine_node/lifetime.py)."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes:
         try:
-            while all(p.poll() is None for p in processes):
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            stop()
-            for process in processes:
-                process.wait(timeout=30)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
