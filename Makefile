@@ -56,6 +56,7 @@ bench: install-dev
 	$(BIN)/python bench/metrics_freshness.py
 	$(BIN)/python bench/alert_evaluation.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/simulator_profile.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts
