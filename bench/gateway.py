@@ -61,7 +61,7 @@ from engine_node.config import content_hash  # noqa: E402
 from engine_node.gateway import apply_decision  # noqa: E402
 from engine_node.policy.dataset import dataset_sha256, load_examples, split_by_template  # noqa: E402
 from engine_node.policy.intent import IntentClassifier  # noqa: E402
-from engine_node.policy.rules import SCAN_CHARS, Policy  # noqa: E402
+from engine_node.policy.rules import Policy  # noqa: E402
 from engine_node.policy.train_intent import evaluate  # noqa: E402
 
 MODEL = "simulated-chat-model"
@@ -586,7 +586,7 @@ def run_policy(passes: int) -> dict:
     order = list(range(len(texts)))
     work = {
         "json": lambda i: json.loads(bodies[i]),
-        "classify": lambda i: classifier.classify(texts[i][:SCAN_CHARS]),
+        "classify": lambda i: policy.classify(texts[i]),
         "rules": lambda i: rules_only.decide(texts[i], prompt_tokens=prompt_tokens[i]),
         "decide": lambda i: policy.decide(texts[i], prompt_tokens=prompt_tokens[i]),
     }

@@ -51,6 +51,7 @@ urlpatterns = [
     path("pools/<slug:name>/rollback-preview/", nodes.PoolRollbackPreview.as_view(), name="pool-rollback-preview"),
     path("pools/<slug:name>/rollout/", engine_nodes.PoolRollout.as_view(), name="pool-rollout"),
     path("pools/<slug:name>/canary/", engine_nodes.PoolCanary.as_view(), name="pool-canary"),
+    path("pools/<slug:name>/gate/", engine_nodes.PoolGate.as_view(), name="pool-gate"),
     path("pools/<slug:name>/cleanup/", engine_nodes.PoolCleanup.as_view(), name="pool-cleanup"),
     path("nodes/", engine_nodes.NodeList.as_view(), name="node-list"),
     path("nodes/<slug:name>/", engine_nodes.NodeDetail.as_view(), name="node-detail"),

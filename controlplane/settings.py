@@ -84,12 +84,22 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # Embedded mode has many writers in one process (agent messages, sample batches, periodic passes, requests).
+    # WAL: readers never wait for the writer, nor it for them. IMMEDIATE: every `transaction.atomic()` takes the
+    # write lock at BEGIN, where SQLite waits up to `timeout` for it; a deferred transaction that read first fails
+    # at once with "database is locked" when it tries to write while another writer holds the lock (SQLite cannot
+    # wait there without risking a deadlock), and `select_for_update` is a no-op on SQLite. So write transactions
+    # are serialised whole, as the row locks are on Postgres. synchronous=NORMAL is safe in WAL: a power cut can
+    # lose the last commits, never corrupt the file. See docs/embedded-mode.md.
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "controlplane.sqlite3",
-            # A busy SQLite waits for the writer instead of failing at once.
-            "OPTIONS": {"timeout": 20},
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -170,6 +180,20 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 2.0,
         "options": {"expires": 10},
     },
+    # Every 5 s: the production gate's soak windows are minutes long (Pool.soak_s, 300 s by default) and the alert
+    # history covers what happens between passes; a pass is a few queries and one UPDATE for all healthy runs.
+    "version-runs-watch": {
+        "task": "controlplane.nodes.tasks.version_runs_watch_task",
+        "schedule": 5.0,
+        "options": {"expires": 10},
+    },
+    # Every 5 s: a cleanup lease whose end was never reported (a lost message, a crashed consumer) expires after
+    # cleanup.max_duration_s + 30 s; checking it only when another cleanup event happened left pools waiting forever.
+    "cleanups-dispatch": {
+        "task": "controlplane.nodes.tasks.cleanups_dispatch_due_task",
+        "schedule": 5.0,
+        "options": {"expires": 10},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.
@@ -188,8 +212,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.accounts.permissions.HasRole"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["controlplane.lib.filters.FilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "controlplane.lib.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.lib.api_errors.exception_handler",
     # `?format=yaml|json` names the export format; DRF must not read it as a renderer override.
     "URL_FORMAT_OVERRIDE": None,
@@ -205,6 +229,18 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Parameter templates, whitelists, pools, rollouts and the audit log.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Requests and responses get components of their own: read-only fields (ids, times) are not asked for,
+    # write-only ones (passwords) are never shown.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets that share a field name get names that say which one they are.
+    "ENUM_NAME_OVERRIDES": {
+        "DocumentFormatEnum": "controlplane.params.codec.FORMATS",
+        "UploadFormatEnum": "controlplane.datasets.uploads.FORMATS",
+        "WarmupSourceEnum": "controlplane.datasets.models.WarmupDatasetVersion.Source",
+        "AlertStateEnum": "controlplane.alerts.models.Alert.State",
+        "IncidentStateEnum": "controlplane.alerts.models.AlertGroup.State",
+        "IntentModelStatusEnum": "controlplane.datasets.models.IntentModel.Status",
+    },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -218,11 +254,19 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(TEMPLATE_MAX_BYTES * 4, 2_621_440)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Celery logs a line per task run ("Task ... succeeded in"), per task received by a worker and per task sent
+    # by beat: periodic ones several a second. Failures are warnings and errors, so they still show; LOG_LEVEL=DEBUG
+    # brings the per-run lines back.
+    "loggers": {
+        name: {"level": "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"}
+        for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat")
+    },
 }
 
 # Engine-node agents: heartbeat period they are told to use, and silence after which a node counts as lost.

@@ -13,7 +13,6 @@ has been replayed, or skipped when the pool has none), after every cold restart 
 import asyncio
 import logging
 import platform
-import re
 import socket
 import time
 
@@ -30,7 +29,8 @@ from engine_node.engine import EngineProcess, EngineStartFailed
 from engine_node.gateway import Gateway
 from engine_node.gpus import gpu_inventory
 from engine_node.policy.intent import IntentClassifier
-from engine_node.policy.rules import Policy
+from engine_node.policy.patterns import PatternRejected
+from engine_node.policy.rules import DEFAULT_STRICT_PATTERNS, Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings, gateway_url
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
@@ -287,9 +287,13 @@ class Agent(PushedDocuments, NodeOperations):
                 return
             try:
                 Policy(config.content)
-            except (re.error, KeyError, TypeError) as exc:
+            except PatternRejected as exc:  # names the pattern: temperature.strict_patterns[2]: ...
                 metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
-                await self._reply("nack", config.hash, config.version, f"temperature.strict_patterns: {exc}")
+                await self._reply("nack", config.hash, config.version, str(exc))
+                return
+            except (KeyError, TypeError, ValueError) as exc:
+                metrics.CONFIG_APPLIES.labels(result="nack", kind="invalid").inc()
+                await self._reply("nack", config.hash, config.version, f"parameters: not a request policy: {exc!r}")
                 return
             new_args = self._engine_args(config)
             kind = "cold" if new_args != self.engine.args else "hot"
@@ -330,7 +334,15 @@ class Agent(PushedDocuments, NodeOperations):
         self.admission.set_engine_capacity((params or {}).get("engine", {}).get("max_num_seqs"))
         bundle = self.bundle["content"] if self.bundle else None
         label = self.config.label if self.config else "defaults"
-        self.gateway.set_policy(Policy(params, bundle, self.classifier), label)
+        try:
+            policy = Policy(params, bundle, self.classifier)
+        except PatternRejected as exc:
+            # Only a config stored before strict patterns ran on RE2 gets here (a pushed one is checked before it is
+            # applied): serve it with the default patterns rather than not start, until the next push replaces it.
+            log.error("last good config %s: %s; its strict patterns are replaced by the defaults", label, exc)
+            temperature = {**params.get("temperature", {}), "strict_patterns": DEFAULT_STRICT_PATTERNS}
+            policy = Policy({**params, "temperature": temperature}, bundle, self.classifier)
+        self.gateway.set_policy(policy, label)
 
     def _reopen(self) -> None:
         if self._held:

@@ -29,6 +29,13 @@ class NodeOperations:
                 {"type": "command_progress", "id": command_id, "state": state, "progress": text, "result": result}
             )
 
+        if self._apply_lock.locked():
+            if op == "cleanup":
+                # The pool's cleanup lease must not wait behind a config apply (a cold restart and its warmup take
+                # minutes): give it back at once, the node asks again once it serves.
+                await progress("failed", result=f"not started: {self._busy_text()}; ask again when it is online")
+                return
+            await progress("pending", f"waiting: {self._busy_text()}")
         async with self._apply_lock:
             try:
                 if op == "drain":
@@ -76,6 +83,14 @@ class NodeOperations:
             except EngineStartFailed as exc:
                 await progress("failed", result=str(exc))
                 await self._recover()
+
+    def _busy_text(self) -> str:
+        """What holds the apply lock, for a command that has to wait for it."""
+        if self.status == "warming":
+            return "the node is warming up a new config"
+        if self.status in {"draining", "restarting"}:
+            return f"the node is applying a config ({self.status} the engine)"
+        return "the node is applying a config"
 
     async def _cleanup(self, trigger: str, progress) -> None:
         """Drain, reset the prefix cache, release cached blocks, resume; the caller holds the apply lock."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -19,6 +20,7 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 GATEWAY_FIELDS = ("business_tag", "conversation_id")
 MAX_TAG_LENGTH = 64
 MAX_CONVERSATION_LENGTH = 128
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class BadRequest(Exception):
@@ -66,11 +68,19 @@ def parse_json(raw: bytes) -> object:
     except UnicodeDecodeError as exc:
         raise BadRequest(f"The request body is not valid UTF-8 (byte {exc.start}).") from None
     try:
-        return json.loads(text)
+        body = json.loads(text)
     except RecursionError:
         raise BadRequest("The request body nests too deeply.") from None
     except ValueError as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+    # JSON may spell an unpaired UTF-16 surrogate (\ud800), which is no text: the engine's tokenizer cannot take it.
+    # Only such an escape brings one in, so only a body holding one pays for the check.
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("The request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff).") from None
+    return body
 
 
 def parse_chat(raw: bytes, headers) -> ChatRequest:

@@ -1,6 +1,11 @@
 """Builders for domain objects, going through the services so invariants and audit hold."""
 
+from datetime import timedelta
+
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services import agent_sessions
 from controlplane.nodes.services.pools import pool_create
+from controlplane.nodes.services.version_runs import version_runs_watch
 from controlplane.params.services.templates import template_create, template_version_create
 from controlplane.params.services.whitelists import whitelist_create
 
@@ -28,3 +33,15 @@ def pools(actor):
         pool_create(actor=actor, name="staging", is_production=False),
         pool_create(actor=actor, name="prod-main", is_production=True),
     )
+
+
+def ran_healthy(node: EngineNode, version) -> EngineNode:
+    """`node` (of a non-production pool) connects, ACKs `version` and runs it healthy for its pool's soak window:
+    it heartbeats until the window's end, when the gate's watch looks at it. The version then counts as run."""
+    agent_sessions.node_hello(node_id=node.pk, session_id=f"{node.name}-session", hello={"status": "online"})
+    agent_sessions.nodes_config_acked(node_ids=[node.pk], content_hash=version.content_hash, version_id=version.pk)
+    node = EngineNode.objects.select_related("pool").get(pk=node.pk)
+    end = node.applied_at + timedelta(seconds=node.pool.soak_s)
+    EngineNode.objects.filter(pk=node.pk).update(last_seen_at=end)
+    version_runs_watch(now=end)
+    return node

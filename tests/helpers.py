@@ -14,6 +14,7 @@ STATE_MODELS = (
     "nodes.PoolRelease",
     "nodes.EngineNode",
     "nodes.NodeCommand",
+    "nodes.VersionRun",
     "datasets.IntentDataset",
     "datasets.IntentModel",
     "datasets.IntentModelRelease",

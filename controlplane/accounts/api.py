@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from controlplane.accounts import serializers, services
 from controlplane.accounts.models import User
 from controlplane.accounts.roles import Action
+from controlplane.lib.openapi import conflict, error
 from controlplane.lib.serializers import validated
 
 
@@ -25,7 +26,10 @@ class UserList(generics.ListAPIView):
     required_action = {"GET": Action.USER_MANAGE, "POST": Action.USER_MANAGE}
     filterset_fields = ["role", "is_active"]
 
-    @extend_schema(request=serializers.UserCreateSerializer, responses={201: serializers.UserSerializer})
+    @extend_schema(
+        request=serializers.UserCreateSerializer,
+        responses={201: serializers.UserSerializer, 409: conflict("The username is taken.")},
+    )
     def post(self, request):
         data = validated(serializers.UserCreateSerializer, request.data)
         user = services.user_create(actor=request.user, **data)
@@ -53,7 +57,13 @@ class TokenIssue(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=serializers.TokenRequestSerializer, responses={201: dict})
+    @extend_schema(
+        request=serializers.TokenRequestSerializer,
+        responses={
+            201: serializers.TokenSerializer,
+            401: error("Wrong username or password, or an inactive user (code `bad_credentials`)."),
+        },
+    )
     def post(self, request):
         data = validated(serializers.TokenRequestSerializer, request.data)
         token = services.user_token_issue(**data)

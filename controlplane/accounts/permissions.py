@@ -12,9 +12,18 @@ class HasRole(BasePermission):
         user = request.user
         if not (user and user.is_authenticated):
             return False
+        if not handles(view, request.method):
+            # DRF's dispatch answers 405 with the route's methods in `Allow`, whatever the caller's role.
+            return True
         action = required_action(view, request)
         # A write whose view declares no action is refused rather than silently allowed.
         return action is not None and user.can(action)
+
+
+def handles(view, method: str) -> bool:
+    """Whether the view has a handler for the method (else the route does not have it: 405, not 403)."""
+    name = method.lower()
+    return name in view.http_method_names and hasattr(view, name)
 
 
 def required_action(view, request) -> str | None:

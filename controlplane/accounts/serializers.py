@@ -34,6 +34,12 @@ class UserUpdateSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="Send it as `Authorization: Token <token>`; issuing one ends the last.")
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
 class TokenRequestSerializer(StrictSerializer):
     username = serializers.CharField()
     password = serializers.CharField(write_only=True)

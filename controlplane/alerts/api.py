@@ -9,10 +9,11 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.alerts import selectors, serializers
-from controlplane.alerts.models import Alert, AlertGroup, AlertRule, Silence
+from controlplane.alerts.models import Alert, AlertGroup, AlertRule, AlertRuleVersion, Silence
 from controlplane.alerts.services import lifecycle, rules
 from controlplane.lib.errors import InvalidField
-from controlplane.lib.serializers import validated
+from controlplane.lib.openapi import conflict
+from controlplane.lib.serializers import query_flag, validated
 
 
 class AlertRuleList(generics.ListAPIView):
@@ -25,7 +26,8 @@ class AlertRuleList(generics.ListAPIView):
         return selectors.current_rule_versions()
 
     @extend_schema(
-        request=serializers.AlertRuleCreateSerializer, responses={201: serializers.AlertRuleVersionSerializer}
+        request=serializers.AlertRuleCreateSerializer,
+        responses={201: serializers.AlertRuleVersionSerializer, 409: conflict("A rule with that name exists.")},
     )
     def post(self, request):
         data = validated(serializers.AlertRuleCreateSerializer, request.data)
@@ -49,11 +51,17 @@ class AlertRuleVersionList(generics.ListAPIView):
     required_action = Action.ALERT_RULE_WRITE
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no rule name
+            return AlertRuleVersion.objects.none()
         rule = get_object_or_404(AlertRule, name=self.kwargs["name"])
         return rule.versions.select_related("rule", "author")
 
     @extend_schema(
-        request=serializers.AlertRuleVersionCreateSerializer, responses={201: serializers.AlertRuleVersionSerializer}
+        request=serializers.AlertRuleVersionCreateSerializer,
+        responses={
+            201: serializers.AlertRuleVersionSerializer,
+            409: conflict("`base_version` is not the latest version any more (code `stale_base_version`)."),
+        },
     )
     def post(self, request, name):
         rule = get_object_or_404(AlertRule, name=name)
@@ -120,7 +128,7 @@ class IncidentList(generics.ListAPIView):
 class IncidentDetail(APIView):
     """One incident with its alerts and its events (fired, escalated, acknowledged, resolved)."""
 
-    @extend_schema(responses=serializers.IncidentSerializer)
+    @extend_schema(responses=serializers.IncidentDetailSerializer)
     def get(self, request, pk):
         groups = selectors.incidents_by_id([pk])
         if not groups:
@@ -135,7 +143,10 @@ class IncidentDetail(APIView):
 class IncidentAcknowledge(APIView):
     required_action = Action.ALERT_RESPOND
 
-    @extend_schema(request=serializers.AcknowledgeSerializer, responses={200: serializers.IncidentSerializer})
+    @extend_schema(
+        request=serializers.AcknowledgeSerializer,
+        responses={200: serializers.IncidentSerializer, 409: conflict("The incident is resolved already.")},
+    )
     def post(self, request, pk):
         group = get_object_or_404(AlertGroup, pk=pk)
         data = validated(serializers.AcknowledgeSerializer, request.data)
@@ -149,12 +160,12 @@ class SilenceList(generics.ListAPIView):
     serializer_class = serializers.SilenceSerializer
     required_action = Action.ALERT_RESPOND
 
-    @extend_schema(parameters=[OpenApiParameter("all", bool)])
+    @extend_schema(parameters=[OpenApiParameter("all", bool, description="every silence, ended ones too")])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self):
-        if self.request.query_params.get("all") in ("1", "true"):
+        if query_flag(self.request.query_params, "all"):
             return Silence.objects.select_related("created_by", "expired_by")
         return selectors.active_silences(now=timezone.now()).select_related("expired_by")
 
@@ -168,7 +179,10 @@ class SilenceList(generics.ListAPIView):
 class SilenceExpire(APIView):
     required_action = Action.ALERT_RESPOND
 
-    @extend_schema(request=serializers.SilenceExpireSerializer, responses={200: serializers.SilenceSerializer})
+    @extend_schema(
+        request=serializers.SilenceExpireSerializer,
+        responses={200: serializers.SilenceSerializer, 409: conflict("The silence is not in effect.")},
+    )
     def post(self, request, pk):
         silence = get_object_or_404(Silence, pk=pk)
         data = validated(serializers.SilenceExpireSerializer, request.data)

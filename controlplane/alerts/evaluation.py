@@ -105,7 +105,10 @@ def evaluate_claimed(*, now: datetime | None = None) -> PassReport:
         report = evaluate(now=now)
     finally:
         EvaluatorLease.objects.filter(pk=1).update(lease_until=None, last_finished_at=timezone.now())
-    EvaluatorLease.objects.filter(pk=1).update(last_duration_ms=report.duration_ms, last_queries=report.queries)
+    # Only a pass that got through counts as evaluation running (the on-call page says when it last did).
+    EvaluatorLease.objects.filter(pk=1).update(
+        last_duration_ms=report.duration_ms, last_queries=report.queries, last_succeeded_at=timezone.now()
+    )
     return report
 
 
@@ -280,7 +283,7 @@ class _Pass:
         alert = self.open.get(fp)
         if value is UNKNOWN:
             if alert is not None and not alert.is_stale:
-                alert.is_stale = True
+                alert.is_stale, alert.stale_since = True, self.now
                 self.mark(alert)
             return
         holds_warn = value is not None and version.holds(value, version.warn)
@@ -311,7 +314,12 @@ class _Pass:
             self.event(alert, AlertEvent.Kind.PENDING)
         else:
             significant = alert.is_stale or alert.rule_version_id != version.pk or alert.pool != pool
-            alert.is_stale = False
+            if alert.is_stale and alert.state == Alert.State.PENDING:
+                # The value was unknown meanwhile, so nobody saw the condition hold: `for` counts observed time and
+                # starts again, instead of firing at once on the first fresh sample.
+                alert.warn_since = now
+                alert.critical_since = now if holds_critical else None
+            alert.is_stale, alert.stale_since = False, None
             alert.rule_version = version
             alert.pool = pool
             if alert.warn_since is None:
@@ -355,7 +363,7 @@ class _Pass:
         return None
 
     def resolve(self, alert: Alert, *, value=None) -> None:
-        alert.state, alert.resolved_at, alert.is_stale = Alert.State.RESOLVED, self.now, False
+        alert.state, alert.resolved_at, alert.is_stale, alert.stale_since = Alert.State.RESOLVED, self.now, False, None
         alert.warn_since = alert.critical_since = None
         if value is not None:
             alert.value, alert.value_at = value, self.now
@@ -415,8 +423,8 @@ class _Pass:
             Alert.objects.bulk_update(
                 updated,
                 [
-                    "rule_version", "pool", "state", "severity", "value", "value_at", "is_stale", "is_silenced",
-                    "warn_since", "critical_since", "fired_at", "resolved_at", "group",
+                    "rule_version", "pool", "state", "severity", "value", "value_at", "is_stale", "stale_since",
+                    "is_silenced", "warn_since", "critical_since", "fired_at", "resolved_at", "group",
                 ],
                 batch_size=500,
             )  # fmt: skip
@@ -434,7 +442,7 @@ class _Pass:
             alert_ids = [a.pk for a in written.values()]
             transaction.on_commit(
                 lambda: alerts_realtime.alerts_changed(
-                    alert_ids=alert_ids, incident_ids=changed_incidents, notify=notify
+                    alert_ids=alert_ids, incident_ids=changed_incidents, notify=notify, from_evaluator=True
                 )
             )
         if notifications:

@@ -19,6 +19,7 @@ from controlplane.accounts.roles import Action
 from controlplane.alerts import signals
 from controlplane.alerts.evaluation import canary_rolled_back_pools, node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
+from controlplane.lib.loop_health import LoopState, loops_health
 from controlplane.metrics import selectors as metrics
 from controlplane.nodes.models import EngineNode, Pool
 
@@ -51,6 +52,7 @@ class ControlPlaneCollector:
         yield from self.node_families(nodes, now)
         yield self.canary_family(now)
         yield from self.alert_families()
+        yield from self.loop_families(now)
 
     def sample_families(self, latest, pool_of):
         for signal in signals.SAMPLE_METRICS:
@@ -177,6 +179,28 @@ class ControlPlaneCollector:
         )
         tracked.add_metric([], float(NodeRestartTrack.objects.count()))
         yield tracked
+
+    def loop_families(self, now):
+        """The background loops of the process that answers the scrape (`controlplane/lib/loop_health.py`)."""
+        labels = ["loop", "process"]
+        up = GaugeMetricFamily(
+            "controlplane_loop_up",
+            "1 when the background loop is ok; 0 when failing, stalled or stopped",
+            labels=labels,
+        )
+        failures = GaugeMetricFamily(
+            "controlplane_loop_consecutive_failures", "Failures of the background loop in a row", labels=labels
+        )
+        success = GaugeMetricFamily(
+            "controlplane_loop_last_success_timestamp_seconds", "When the background loop last succeeded", labels=labels
+        )
+        for record in loops_health():
+            values = [record.loop, record.process]
+            up.add_metric(values, 1.0 if record.state(now) == LoopState.OK else 0.0)
+            failures.add_metric(values, float(record.failures))
+            if record.last_success_at is not None:
+                success.add_metric(values, record.last_success_at.timestamp())
+        yield from (up, failures, success)
 
 
 def _desired_hashes(version_ids) -> dict[int, str]:

@@ -163,6 +163,8 @@ class Alert(models.Model):
     value = models.FloatField(null=True, blank=True)
     # The last pass had no fresh sample for this entity: the value is unknown, and nothing moved.
     is_stale = models.BooleanField(default=False)
+    # Since when it is stale: a pending alert waits for data, and its `for` starts again once data comes back.
+    stale_since = models.DateTimeField(null=True, blank=True)
     is_silenced = models.BooleanField(default=False)
     # When the warning and the critical condition began holding without a break; `for_s` counts from these.
     warn_since = models.DateTimeField(null=True, blank=True)
@@ -286,6 +288,8 @@ class EvaluatorLease(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     last_started_at = models.DateTimeField(null=True, blank=True)
     last_finished_at = models.DateTimeField(null=True, blank=True)
+    # The last pass that completed without an error: pending alerts can fire only while this moves.
+    last_succeeded_at = models.DateTimeField(null=True, blank=True)
     last_duration_ms = models.FloatField(null=True, blank=True)
     last_queries = models.PositiveIntegerField(null=True, blank=True)
 

@@ -1,12 +1,16 @@
 """Reads about alerts: rules in force, open incidents and alerts, silences, and their summaries for pages and events."""
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import F, Prefetch, QuerySet
 from django.urls import reverse
+from django.utils import timezone
 
 from controlplane.alerts import signals
-from controlplane.alerts.models import Alert, AlertGroup, AlertRule, AlertRuleVersion, Silence
+from controlplane.alerts.models import Alert, AlertGroup, AlertRule, AlertRuleVersion, EvaluatorLease, Silence
+from controlplane.lib.when import clock, duration
 
 # How many affected entities an incident summary lists by name; the count is always complete.
 AFFECTED_LISTED = 50
@@ -69,9 +73,62 @@ def _iso(value) -> str | None:
     return value.isoformat() if value else None
 
 
-def alert_summary(alert: Alert) -> dict:
-    """What the on-call page and the `alerts.changed` event show of one alert."""
+@dataclass(frozen=True)
+class EvaluatorHealth:
+    """Whether evaluation passes complete: a pending alert can fire only while they do."""
+
+    is_running: bool
+    last_succeeded_at: datetime | None = None
+    text: str = ""  # why nothing can fire, when it is not running
+
+
+EVALUATOR_RUNNING = EvaluatorHealth(True)
+
+
+def evaluator_health(*, now: datetime | None = None) -> EvaluatorHealth:
+    """Running when a pass completed within three periods (at least 10 s); else since when it has not."""
+    now = now or timezone.now()
+    period = float(settings.CELERY_BEAT_SCHEDULE["alerts-evaluate"]["schedule"])
+    lease = EvaluatorLease.objects.filter(pk=1).only("last_succeeded_at").first()
+    last = lease.last_succeeded_at if lease else None
+    if last is not None and (now - last).total_seconds() <= max(3 * period, 10.0):
+        return EvaluatorHealth(True, last)
+    if last is None:
+        return EvaluatorHealth(False, None, "alert evaluation has not completed a pass yet: nothing fires until then")
+    ago = duration((now - last).total_seconds())
+    return EvaluatorHealth(
+        False, last, f"alert evaluation last completed a pass at {clock(last)} ({ago} ago): nothing fires until it runs"
+    )
+
+
+def alert_waiting_for(alert: Alert, *, now: datetime, evaluator: EvaluatorHealth) -> str:
+    """What a pending alert waits for before it fires, in words; empty for the others."""
+    if alert.state != Alert.State.PENDING:
+        return ""
     version = alert.rule_version
+    if not evaluator.is_running:
+        return evaluator.text
+    if alert.is_stale:
+        since = f" since {clock(alert.stale_since)}" if alert.stale_since else ""
+        return (
+            f"no fresh data{since}: the value is unknown, so the {version.for_s} s count starts again once data "
+            "shows the condition"
+        )
+    holding = alert.warn_since or alert.started_at
+    fires_at = holding + timedelta(seconds=version.for_s)
+    when = f"fires at {clock(fires_at)}" if fires_at > now else "due: fires at the next evaluation pass"
+    return f"condition holding since {clock(holding)}; {when} unless it clears first"
+
+
+def alert_summary(alert: Alert, *, evaluator: EvaluatorHealth | None = None, now: datetime | None = None) -> dict:
+    """What the on-call page and the `alerts.changed` event show of one alert.
+
+    A pending alert says what it waits for (`waiting_for`); `evaluator` is read when not given."""
+    version = alert.rule_version
+    now = now or timezone.now()
+    if alert.state == Alert.State.PENDING and evaluator is None:
+        evaluator = evaluator_health(now=now)
+    holding = alert.warn_since or alert.started_at
     return {
         "id": alert.pk,
         "fingerprint": alert.fingerprint,
@@ -88,6 +145,13 @@ def alert_summary(alert: Alert) -> dict:
         "is_stale": alert.is_stale,
         "is_silenced": alert.is_silenced,
         "started_at": _iso(alert.started_at),
+        # When the condition began holding without a break (the `for` counts from here), and when it fires.
+        "holding_since": _iso(holding) if alert.state == Alert.State.PENDING and not alert.is_stale else None,
+        "fires_at": _iso(holding + timedelta(seconds=version.for_s))
+        if alert.state == Alert.State.PENDING and not alert.is_stale
+        else None,
+        "stale_since": _iso(alert.stale_since),
+        "waiting_for": alert_waiting_for(alert, now=now, evaluator=evaluator) if evaluator else "",
         "fired_at": _iso(alert.fired_at),
         "resolved_at": _iso(alert.resolved_at),
         "for_s": version.for_s,

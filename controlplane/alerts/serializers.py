@@ -3,8 +3,8 @@
 from rest_framework import serializers
 
 from controlplane.alerts import selectors
-from controlplane.alerts.models import AlertEvent, AlertRuleVersion, Silence
-from controlplane.lib.serializers import StrictSerializer
+from controlplane.alerts.models import Alert, AlertEvent, AlertGroup, AlertRuleVersion, Severity, Silence
+from controlplane.lib.serializers import SlugNameField, StrictSerializer
 
 
 class AlertRuleVersionSerializer(serializers.ModelSerializer):
@@ -38,7 +38,7 @@ class _RuleFields(StrictSerializer):
 
 
 class AlertRuleCreateSerializer(_RuleFields):
-    name = serializers.CharField()
+    name = SlugNameField()
 
 
 class AlertRuleVersionCreateSerializer(_RuleFields):
@@ -54,7 +54,7 @@ class AlertRuleVersionCreateSerializer(_RuleFields):
 
 
 class _Summary(serializers.Serializer):
-    """Read-only: the same summaries the on-call page and its live events use."""
+    """Read-only: the same summaries the on-call page and its live events use; the fields describe them."""
 
     summarise = None
 
@@ -65,9 +65,64 @@ class _Summary(serializers.Serializer):
 class AlertSerializer(_Summary):
     summarise = staticmethod(selectors.alert_summary)
 
+    id = serializers.IntegerField()
+    fingerprint = serializers.CharField(help_text="of rule, scope and name; stable across firings")
+    rule = serializers.CharField()
+    rule_version = serializers.IntegerField()
+    scope = serializers.ChoiceField(choices=AlertRuleVersion.Scope.choices)
+    name = serializers.CharField(help_text="the node's, the pool's, or `fleet`")
+    pool = serializers.CharField()
+    node = serializers.CharField()
+    state = serializers.ChoiceField(choices=Alert.State.choices)
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    value = serializers.FloatField(allow_null=True)
+    value_text = serializers.CharField()
+    is_stale = serializers.BooleanField()
+    is_silenced = serializers.BooleanField()
+    started_at = serializers.DateTimeField()
+    fired_at = serializers.DateTimeField(allow_null=True)
+    resolved_at = serializers.DateTimeField(allow_null=True)
+    for_s = serializers.IntegerField()
+    condition = serializers.CharField()
+    summary = serializers.CharField()
+    runbook = serializers.CharField()
+    runbook_url = serializers.CharField()
+    incident = serializers.IntegerField(allow_null=True)
+
+
+class AffectedSerializer(serializers.Serializer):
+    alert = serializers.IntegerField()
+    scope = serializers.ChoiceField(choices=AlertRuleVersion.Scope.choices)
+    name = serializers.CharField()
+    node = serializers.CharField()
+    state = serializers.ChoiceField(choices=Alert.State.choices)
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    value_text = serializers.CharField()
+    is_stale = serializers.BooleanField()
+    is_silenced = serializers.BooleanField()
+
 
 class IncidentSerializer(_Summary):
     summarise = staticmethod(selectors.incident_summary)
+
+    id = serializers.IntegerField()
+    key = serializers.CharField(help_text="`<rule>:<pool>`; `*` for the fleet")
+    rule = serializers.CharField()
+    pool = serializers.CharField()
+    state = serializers.ChoiceField(choices=AlertGroup.State.choices)
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    opened_at = serializers.DateTimeField()
+    resolved_at = serializers.DateTimeField(allow_null=True)
+    summary = serializers.CharField()
+    condition = serializers.CharField()
+    runbook = serializers.CharField()
+    runbook_url = serializers.CharField()
+    acknowledged_by = serializers.CharField(allow_null=True)
+    acknowledged_at = serializers.DateTimeField(allow_null=True)
+    acknowledgement_note = serializers.CharField()
+    is_silenced = serializers.BooleanField()
+    affected_count = serializers.IntegerField()
+    affected = AffectedSerializer(many=True, help_text=f"the first {selectors.AFFECTED_LISTED}")
 
 
 class AlertEventSerializer(serializers.ModelSerializer):
@@ -105,3 +160,7 @@ class SilenceCreateSerializer(StrictSerializer):
 
 class SilenceExpireSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=2000)
+
+
+class IncidentDetailSerializer(IncidentSerializer):
+    events = AlertEventSerializer(many=True, help_text="fired, escalated, acknowledged, resolved...")

@@ -6,16 +6,18 @@ import time
 
 from celery import shared_task
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from controlplane.alerts.evaluation import evaluate_claimed
 from controlplane.alerts.notifications import WebhookFailed, notification_send
 
 logger = logging.getLogger(__name__)
 
-# Webhook retries: 2, 4, 8, 16, 32 s apart (about a minute in all), then the row keeps its last error.
+# Webhook retries: 2, 4, 8, 16, 32 s apart (about a minute in all), then the row keeps its last error. A database
+# locked past its busy timeout, or gone, is retried the same way: the delivery is idempotent (a sent one is a no-op).
 MAX_RETRIES = 5
 BACKOFF_S = 2
+RETRIED = (WebhookFailed, OperationalError, InterfaceError)
 
 
 @shared_task(ignore_result=True, acks_late=False)
@@ -37,7 +39,7 @@ def alerts_evaluate() -> dict:
     bind=True,
     ignore_result=True,
     acks_late=True,
-    autoretry_for=(WebhookFailed,),
+    autoretry_for=RETRIED,
     max_retries=MAX_RETRIES,
     retry_backoff=BACKOFF_S,
     retry_jitter=False,
@@ -68,7 +70,7 @@ def _send_here(notification_id: int) -> None:
             try:
                 notification_send(notification_id=notification_id)
                 return
-            except WebhookFailed:
+            except RETRIED:
                 if attempt == MAX_RETRIES:
                     logger.error("alert webhook: notification %s not delivered, giving up", notification_id)
                     return

@@ -1,7 +1,9 @@
 """Read-only REST endpoints of the audit log, with filters and a CSV export."""
 
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import extend_schema
+from django_filters import IsoDateTimeFilter
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
 from rest_framework.views import APIView
 
@@ -24,7 +26,13 @@ class AuditList(generics.ListAPIView):
 class AuditExport(APIView):
     """The filtered audit log as CSV."""
 
-    @extend_schema(responses={(200, "text/csv"): str})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(name, OpenApiTypes.DATETIME if isinstance(f, IsoDateTimeFilter) else str)
+            for name, f in AuditFilter.base_filters.items()
+        ],
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+    )
     def get(self, request):
         entries = audit_entries(params=request.query_params)
         response = StreamingHttpResponse(audit_csv_rows(entries), content_type="text/csv; charset=utf-8")

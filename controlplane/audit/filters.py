@@ -3,6 +3,7 @@
 import django_filters
 
 from controlplane.audit.models import AuditEntry
+from controlplane.lib.filters import UTCIsoDateTimeFilter
 
 
 class AuditFilter(django_filters.FilterSet):
@@ -11,8 +12,8 @@ class AuditFilter(django_filters.FilterSet):
     target_type = django_filters.CharFilter(field_name="target_type")
     target_id = django_filters.CharFilter(field_name="target_id")
     target = django_filters.CharFilter(field_name="target_repr", lookup_expr="icontains")
-    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = UTCIsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = UTCIsoDateTimeFilter(field_name="at", lookup_expr="lt")
     request_id = django_filters.CharFilter(field_name="request_id")
 
     class Meta:

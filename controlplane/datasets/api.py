@@ -1,7 +1,6 @@
 """REST endpoints for intent datasets (upload), models (train, progress, evaluation) and releases to pools, and for
 warmup datasets (upload or derive from a log), their versions and their assignment to pools."""
 
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
@@ -17,6 +16,8 @@ from controlplane.datasets.services.training import intent_model_create
 from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create, warmup_version_create
 from controlplane.datasets.uploads import MAX_BYTES
 from controlplane.lib.errors import InvalidField, NotFound
+from controlplane.lib.openapi import conflict, not_found
+from controlplane.lib.parsers import PayloadTooLarge
 from controlplane.lib.serializers import validated
 from controlplane.nodes.models import Pool
 
@@ -27,7 +28,8 @@ class IntentDatasetList(generics.ListAPIView):
     required_action = Action.INTENT_TRAIN
 
     @extend_schema(
-        request=serializers.IntentDatasetCreateSerializer, responses={201: serializers.IntentDatasetSerializer}
+        request=serializers.IntentDatasetCreateSerializer,
+        responses={201: serializers.IntentDatasetSerializer, 409: conflict("A dataset with that name exists.")},
     )
     def post(self, request):
         data, content = upload_validated(serializers.IntentDatasetCreateSerializer, request)
@@ -41,11 +43,8 @@ def upload_validated(serializer_class, request) -> tuple[dict, bytes | str]:
     """The fields of an upload request and its content, from a multipart `file` or a JSON `content` string."""
     try:
         payload = request.data
-    except RequestDataTooBig:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raise InvalidField(
-            "content", f"a JSON body is limited to {limit} bytes; send a larger dataset as a multipart file"
-        ) from None
+    except (RequestDataTooBig, PayloadTooLarge):
+        raise PayloadTooLarge("send a larger dataset as a multipart `file`") from None
     data = validated(serializer_class, payload)
     if "file" not in data:
         return data, data["content"]
@@ -107,7 +106,14 @@ class IntentModelReleaseList(generics.ListAPIView):
 
     @extend_schema(
         request=serializers.IntentModelReleaseCreateSerializer,
-        responses={201: serializers.IntentModelReleaseSerializer},
+        responses={
+            201: serializers.IntentModelReleaseSerializer,
+            404: not_found("No such pool, dataset or model."),
+            409: conflict(
+                "The model's training did not succeed (`model_not_publishable`), its accuracy is below the pool's "
+                "floor (`accuracy_below_floor`), or the pool uses it already."
+            ),
+        },
     )
     def post(self, request):
         data = validated(serializers.IntentModelReleaseCreateSerializer, request.data)
@@ -136,7 +142,11 @@ class WarmupDatasetList(generics.ListAPIView):
     required_action = Action.WARMUP_WRITE
 
     @extend_schema(
-        request=serializers.WarmupDatasetCreateSerializer, responses={201: serializers.WarmupDatasetDetailSerializer}
+        request=serializers.WarmupDatasetCreateSerializer,
+        responses={
+            201: serializers.WarmupDatasetDetailSerializer,
+            409: conflict("A warmup dataset with that name exists."),
+        },
     )
     def post(self, request):
         data, content = upload_validated(serializers.WarmupDatasetCreateSerializer, request)
@@ -178,7 +188,11 @@ class WarmupVersionList(generics.ListAPIView):
         return selectors.warmup_versions(dataset=selectors.warmup_dataset_get(name=self.kwargs["name"]))
 
     @extend_schema(
-        request=serializers.WarmupVersionCreateSerializer, responses={201: serializers.WarmupVersionSerializer}
+        request=serializers.WarmupVersionCreateSerializer,
+        responses={
+            201: serializers.WarmupVersionSerializer,
+            409: conflict("`base_version` is not the latest version any more (code `stale_base_version`)."),
+        },
     )
     def post(self, request, name):
         dataset = selectors.warmup_dataset_get(name=name)
@@ -221,7 +235,14 @@ class PoolWarmupList(generics.ListAPIView):
         name = self.request.query_params.get("pool")
         return selectors.pool_warmups(pool=_pool(name) if name else None)
 
-    @extend_schema(request=serializers.PoolWarmupCreateSerializer, responses={201: serializers.PoolWarmupSerializer})
+    @extend_schema(
+        request=serializers.PoolWarmupCreateSerializer,
+        responses={
+            201: serializers.PoolWarmupSerializer,
+            404: not_found("No such pool, warmup dataset or version."),
+            409: conflict("The pool warms up with that version already."),
+        },
+    )
     def post(self, request):
         data = validated(serializers.PoolWarmupCreateSerializer, request.data)
         pool = _pool(data["pool"])

@@ -13,7 +13,7 @@ from controlplane.datasets.models import (
 )
 from controlplane.datasets.services.training import MAX_EPOCHS
 from controlplane.datasets.uploads import FORMATS
-from controlplane.lib.serializers import StrictSerializer
+from controlplane.lib.serializers import SlugNameField, StrictSerializer
 from engine_node.policy.train_intent import EPOCHS
 
 
@@ -72,7 +72,7 @@ class UploadSerializer(StrictSerializer):
 
 
 class IntentDatasetCreateSerializer(UploadSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
@@ -226,7 +226,7 @@ class WarmupUploadSerializer(UploadSerializer):
     """Messages to keep as they are (`source` upload), or a conversation log to reduce to its `top_n` queries."""
 
     source = serializers.ChoiceField(
-        choices=WarmupDatasetVersion.Source.values, default=WarmupDatasetVersion.Source.UPLOAD
+        choices=WarmupDatasetVersion.Source.choices, default=WarmupDatasetVersion.Source.UPLOAD
     )
     top_n = serializers.IntegerField(min_value=1, max_value=MAX_TOP_N, required=False)
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
@@ -239,7 +239,7 @@ class WarmupUploadSerializer(UploadSerializer):
 
 
 class WarmupDatasetCreateSerializer(WarmupUploadSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 

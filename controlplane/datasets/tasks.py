@@ -5,14 +5,23 @@ import threading
 
 from celery import shared_task
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from controlplane.datasets.services.training import intent_model_train
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True, ignore_result=True)
+# A database locked past its busy timeout, or gone, when the run claims its model: tried again (the claim is a
+# conditional UPDATE, so a model another worker claimed meanwhile is a no-op). Training errors mark the model failed.
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=3,
+    retry_backoff=5,
+    retry_jitter=False,
+)
 def intent_model_train_task(model_id: int) -> None:
     """Train one queued model; a vanished or already-claimed model is a no-op (see intent_model_train)."""
     intent_model_train(model_id=model_id)

@@ -1,18 +1,41 @@
 """The one DRF exception handler: every error body is {"error": ..., "detail": ...}, plus `code` for domain errors."""
 
-from django.core.exceptions import PermissionDenied
-from django.http import Http404
+import logging
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, JsonResponse
+from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.lib.errors import DomainError
+from controlplane.lib.parsers import PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+# A database that stayed locked past its busy timeout, or went away: a passing condition, worth a retry.
+DATABASE_UNAVAILABLE_RETRY_AFTER_S = 2
 
 
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         # `code` is the stable name clients branch on (e.g. production_gate, stale_base_version).
         return Response({"error": exc.message, "code": exc.code, "detail": exc.detail}, status=exc.status_code)
+    if isinstance(exc, OperationalError | InterfaceError):
+        request = context.get("request")
+        where = f"{request.method} {request.path}" if request is not None else "API"
+        log.error("%s: database unavailable: %s", where, exc, exc_info=exc)
+        response = Response(
+            {"error": "database busy or unavailable; retry shortly", "detail": None},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+        response["Retry-After"] = str(DATABASE_UNAVAILABLE_RETRY_AFTER_S)
+        return response
+    if isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -39,3 +62,16 @@ def _summary(data, prefix: str = "") -> str:
     if isinstance(data, list) and data:
         return _summary(data[0], prefix)
     return f"{prefix}: {data}" if prefix else str(data)
+
+
+@csrf_exempt  # API clients authenticate with tokens; a POST to a wrong path is a 404, not a CSRF 403 page
+def api_route_not_found(request):
+    """A path under /api/ that no route matches: the error shape of the API, not the dashboard's HTML page."""
+    hint = ""
+    if not request.path.endswith("/"):
+        try:
+            resolve(request.path + "/")
+            hint = f"; did you mean {request.path}/ (every API path ends with a slash)?"
+        except Resolver404:
+            pass
+    return JsonResponse({"error": f"no API route {request.path}{hint}", "detail": None}, status=404)

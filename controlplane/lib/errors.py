@@ -38,10 +38,11 @@ class InvalidField(DomainError):
 
 
 SLUG_RULE = "must be 1-64 lowercase letters, digits, - or _, starting with a letter or digit"
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 def check_slug(field: str, value) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,63}", value):
+    if not isinstance(value, str) or not re.fullmatch(SLUG_PATTERN, value):
         raise InvalidField(field, SLUG_RULE)
     return value
 

@@ -163,3 +163,4 @@ class AlertsChanged(TypedDict):
     alerts: list[dict]  # summaries of the alerts that changed (controlplane.alerts.selectors.alert_summary)
     incidents: list[dict]  # summaries of the incidents that changed, with their affected nodes
     notify: list[int]  # ids of incidents that just fired or escalated and are not silenced (browser notifications)
+    evaluator: dict  # {"is_running": bool, "text": why nothing fires when it is not}

@@ -20,15 +20,19 @@ class MetricHistory(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("metric", str, required=True),
-            OpenApiParameter("since", str),
-            OpenApiParameter("until", str),
+            OpenApiParameter("scope", str, OpenApiParameter.PATH, enum=MetricSample.Scope.values),
+            OpenApiParameter("metric", str, required=True, description="comma-separated figures, e.g. qps,length_hist"),
+            OpenApiParameter("since", str, description="unix seconds or ISO 8601; default: 5 minutes before until"),
+            OpenApiParameter("until", str, description="unix seconds or ISO 8601; default: now"),
         ],
-        responses={200: dict},
+        responses=serializers.MetricHistorySerializer,
     )
     def get(self, request, scope, name):
         scope = _entity(scope, name)
-        query = validated(serializers.HistoryQuerySerializer, request.query_params.dict())
+        # An empty parameter is one not given, as with every other filter of the API.
+        query = validated(
+            serializers.HistoryQuerySerializer, {k: v for k, v in request.query_params.dict().items() if v != ""}
+        )
         since, until, metrics = query["since"], query["until"], query["metric"]
         resolution = selectors.history_resolution(since=since, until=until)
         times, columns = selectors.history(

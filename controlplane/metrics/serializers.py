@@ -32,10 +32,31 @@ def parse_time(value: str) -> datetime:
         return datetime.fromtimestamp(float(value), tz=UTC)
     except (ValueError, OverflowError, OSError):
         pass
-    parsed = parse_datetime(value)
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:  # well formed, but no such time (month 13)
+        parsed = None
     if parsed is None:
         raise serializers.ValidationError("expected unix seconds or an ISO 8601 time")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        # In UTC: Postgres refuses offsets past 15:59 that Python accepts (`-21:09`).
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:
+        raise serializers.ValidationError("out of range") from None
+
+
+class MetricHistorySerializer(serializers.Serializer):
+    scope = serializers.CharField()
+    name = serializers.CharField()
+    resolution_s = serializers.IntegerField(help_text="1 for ranges up to an hour, 60 beyond")
+    since = serializers.FloatField(help_text="unix seconds")
+    until = serializers.FloatField(help_text="unix seconds")
+    t = serializers.ListField(child=serializers.FloatField(), help_text="unix seconds of each row")
+    values = serializers.DictField(
+        child=serializers.ListField(child=serializers.JSONField(allow_null=True)),
+        help_text="one list per figure, aligned with `t`: numbers, null where a row has none, objects for a "
+        "count map's entries",
+    )
 
 
 class HistoryQuerySerializer(StrictSerializer):

@@ -20,4 +20,5 @@ def metrics_roll_up_task() -> None:
 def metrics_expire_task() -> None:
     deleted = metric_samples_expire()
     if any(deleted.values()):
-        log.info("metrics: expired %s rows (by resolution in seconds)", deleted)
+        # Every minute once the history is an hour old: routine, not something to read in the log.
+        log.debug("metrics: expired %s rows (by resolution in seconds)", deleted)

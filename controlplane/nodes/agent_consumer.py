@@ -4,28 +4,59 @@ import asyncio
 import logging
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
-from controlplane.lib import realtime
+from controlplane.lib import loop_health, realtime
 from controlplane.metrics.services.ingest import sample_ingestor
-from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher
+from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher, warmup_batcher
 from controlplane.nodes.services import agent_policy, agent_sessions, cleanup
 
 log = logging.getLogger(__name__)
 
 UNAUTHORIZED = 4401
 HEARTBEAT_MISSED = 4408
+# The standard "internal error" close: the agent reconnects, and its hello reconciles what could not be stored.
+INTERNAL_ERROR = 1011
 PROTOCOL_VERSION = 1
+
+# This process's agent connections, as one loop of the health record (`controlplane/lib/loop_health.py`).
+LOOP = "agent-consumer"
+# A database call for an agent's message is tried again after these pauses (a database locked past its busy timeout,
+# or restarting); every try also waits out the busy timeout itself.
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+# Reports the agent does not send again by itself: when one cannot be stored even after the retries, the connection
+# is closed so the agent reconnects and its hello carries its state again. Samples, heartbeats and progress reports
+# are repeated anyway; one is given up.
+RECONCILE_ON_FAILURE = frozenset({"hello", "ack", "nack", "command_progress", "cleanup_request"})
+loop_health.loop_register(LOOP, description="agents' messages over their WebSocket (hello, heartbeats, ACK/NACK, ...)")
 
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     """One connection per engine node; the consumer forwards, the agent_sessions services decide."""
 
     node_id: int | None = None
+    node_name = "(not authenticated)"
+    handling = False
+
+    async def dispatch(self, message):
+        """Every handler's failure is recorded with the node and event it concerns; the connection lives on."""
+        try:
+            await super().dispatch(message)
+        except StopConsumer:
+            raise
+        except Exception as exc:
+            kind = message.get("type")
+            loop_health.loop_failed(LOOP, exc, context=f"node {self.node_name}: {kind}")
+            if kind == "websocket.disconnect":
+                raise StopConsumer() from exc
+            if kind == "websocket.connect":
+                await self.close(code=INTERNAL_ERROR)
 
     async def connect(self):
-        node = await database_sync_to_async(agent_sessions.node_authenticate)(token=_bearer(self.scope))
+        node = await self._db(agent_sessions.node_authenticate, token=_bearer(self.scope))
         if node is None:
             await self.close(code=UNAUTHORIZED)
             return
@@ -59,17 +90,40 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         self.watchdog.cancel()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
-        await database_sync_to_async(agent_sessions.node_disconnected)(
-            node_id=self.node_id, session_id=self.channel_name
-        )
+        await self._db(agent_sessions.node_disconnected, node_id=self.node_id, session_id=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         kind = content.get("type") if isinstance(content, dict) else None
         self.heard.set()
+        self.handling = True
+        try:
+            await self._handle(kind, content)
+        except Exception as exc:
+            loop_health.loop_failed(LOOP, exc, context=f"node {self.node_name}: {kind} message")
+            if kind in RECONCILE_ON_FAILURE:
+                await self.close(code=INTERNAL_ERROR)
+        else:
+            loop_health.loop_succeeded(LOOP)
+        finally:
+            self.handling = False
+
+    async def _db(self, func, /, **kwargs):
+        """Call a service in the database thread; a database error is recorded and tried again after a pause."""
+        for delay in RETRY_DELAYS_S:
+            try:
+                return await database_sync_to_async(func)(**kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                loop_health.loop_failed(
+                    LOOP, exc, context=f"node {self.node_name}: {func.__name__} (trying again in {delay:g} s)"
+                )
+                await asyncio.sleep(delay)
+        return await database_sync_to_async(func)(**kwargs)
+
+    async def _handle(self, kind, content) -> None:
         if kind == "hello":
             self.reported_status = content.get("status")
-            push = await database_sync_to_async(agent_sessions.node_hello)(
-                node_id=self.node_id, session_id=self.channel_name, hello=content
+            push = await self._db(
+                agent_sessions.node_hello, node_id=self.node_id, session_id=self.channel_name, hello=content
             )
             if push is not None:
                 await self.config_push(push)
@@ -87,7 +141,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             seen_batcher().record(self.node_id)
         elif kind == "heartbeat":
             self.reported_status = content.get("status")
-            await database_sync_to_async(agent_sessions.node_heartbeat)(node_id=self.node_id, heartbeat=content)
+            await self._db(agent_sessions.node_heartbeat, node_id=self.node_id, heartbeat=content)
         elif kind == "ack" and content.get("hash") in self.pushed:
             content_hash = content["hash"]
             version_id, version = self.pushed[content_hash]
@@ -103,7 +157,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 )
             )
         elif kind in {"ack", "nack"}:
-            await database_sync_to_async(agent_sessions.node_config_result)(
+            await self._db(
+                agent_sessions.node_config_result,
                 node_id=self.node_id,
                 ok=kind == "ack",
                 content_hash=str(content.get("hash", "")),
@@ -120,7 +175,8 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "cleanup_request":
             # The node's own cleanup (fragmentation threshold or timer) needs its pool's lease; a grant arrives
             # as a cleanup command through node_command, a refusal is answered here.
-            command, refusal = await database_sync_to_async(cleanup.cleanup_lease_request)(
+            command, refusal = await self._db(
+                cleanup.cleanup_lease_request,
                 node_id=self.node_id,
                 trigger=str(content.get("trigger", "")),
                 fragmentation=content.get("fragmentation"),
@@ -128,9 +184,11 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             if command is None:
                 await self.send_json({"type": "cleanup_denied", "reason": refusal})
         elif kind == "warmup_progress":
-            await database_sync_to_async(agent_sessions.node_warmup_progress)(node_id=self.node_id, progress=content)
+            # Twice a second per warming node: stored in batches with the other nodes' reports.
+            warmup_batcher().record(self.node_id, content)
         elif kind == "command_progress":
-            await database_sync_to_async(agent_sessions.node_command_progress)(
+            await self._db(
+                agent_sessions.node_command_progress,
                 node_id=self.node_id,
                 command_id=int(content.get("id", 0)),
                 state=str(content.get("state", "")),
@@ -151,9 +209,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def intent_model_published(self, event):
         wanted = event["sha256"] or agent_policy.builtin_intent_model_sha256()
         if wanted != self.model_sha256:
-            text = await database_sync_to_async(agent_policy.intent_model_text)(
-                model_id=event["model_id"], sha256=event["sha256"]
-            )
+            text = await self._db(agent_policy.intent_model_text, model_id=event["model_id"], sha256=event["sha256"])
             await self.send(text_data=text)
 
     async def warmup_assigned(self, event):
@@ -162,15 +218,15 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self._send_warmup_dataset()
 
     async def _send_warmup_dataset(self) -> None:
-        text, self.warmup_sha256 = await database_sync_to_async(agent_policy.warmup_dataset_text)(
-            pool_name=self.pool_name, agent_sha256=self.warmup_sha256
+        text, self.warmup_sha256 = await self._db(
+            agent_policy.warmup_dataset_text, pool_name=self.pool_name, agent_sha256=self.warmup_sha256
         )
         await self.send(text_data=text)
 
     async def _sync_policy(self, *, policy_hash: str, model_sha256: str) -> None:
         """After hello: send the bundle and the intent model unless the agent already has them."""
         self.model_sha256 = model_sha256
-        text, current_hash, model_ref = await database_sync_to_async(agent_policy.policy_text)(pool_name=self.pool_name)
+        text, current_hash, model_ref = await self._db(agent_policy.policy_text, pool_name=self.pool_name)
         if current_hash != policy_hash:
             await self.send(text_data=text)
         await self.intent_model_published(
@@ -190,7 +246,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             try:
                 await asyncio.wait_for(self.heard.wait(), timeout=settings.NODE_LOST_AFTER_S)
             except TimeoutError:
-                log.warning("node %s missed its heartbeats; closing", self.node_id)
+                if self.handling:
+                    continue  # its messages wait behind one being stored (a database retry), not a silent agent
+                log.warning("node %s missed its heartbeats; closing", self.node_name)
                 await self.close(code=HEARTBEAT_MISSED)
                 return
 

@@ -7,12 +7,15 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
+from controlplane.lib.openapi import conflict, not_found
 from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
-from controlplane.nodes.models import Pool
+from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.nodes.services import pools as services
 from controlplane.params.diff import needs_restart
 from controlplane.params.selectors import template_get, template_version_get
+
+NO_VERSION = not_found("No such pool, or no such template or version.")
 
 
 class PoolList(generics.ListAPIView):
@@ -21,7 +24,10 @@ class PoolList(generics.ListAPIView):
     required_action = Action.POOL_WRITE
     filterset_fields = ["is_production"]
 
-    @extend_schema(request=serializers.PoolCreateSerializer, responses={201: serializers.PoolSerializer})
+    @extend_schema(
+        request=serializers.PoolCreateSerializer,
+        responses={201: serializers.PoolSerializer, 409: conflict("A pool with that name exists.")},
+    )
     def post(self, request):
         data = validated(serializers.PoolCreateSerializer, request.data)
         pool = services.pool_create(actor=request.user, **data)
@@ -40,13 +46,26 @@ class PoolReleaseList(generics.ListAPIView):
     serializer_class = serializers.ReleaseSerializer
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no pool name
+            return PoolRelease.objects.none()
         return selectors.pool_timeline(pool=generics.get_object_or_404(Pool, name=self.kwargs["name"]))
 
 
 class PoolPublish(APIView):
     required_action = Action.POOL_PUBLISH
 
-    @extend_schema(request=serializers.PublishSerializer, responses={201: serializers.ReleaseSerializer})
+    @extend_schema(
+        request=serializers.PublishSerializer,
+        responses={
+            201: serializers.ReleaseSerializer,
+            404: NO_VERSION,
+            409: conflict(
+                "The version is already the pool's desired version, a rollout is under way, or (code "
+                "`production_gate`) a production pool gets a version that never ran on a non-production pool and "
+                "no `override_reason` was given."
+            ),
+        },
+    )
     def post(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.PublishSerializer, request.data)
@@ -85,7 +104,14 @@ class PoolRollbackPreview(APIView):
 class PoolRollback(APIView):
     required_action = Action.POOL_ROLLBACK
 
-    @extend_schema(request=serializers.RollbackSerializer, responses={201: serializers.ReleaseSerializer})
+    @extend_schema(
+        request=serializers.RollbackSerializer,
+        responses={
+            201: serializers.ReleaseSerializer,
+            404: NO_VERSION,
+            409: conflict("Nothing to roll back to (code `nothing_to_roll_back`), or the pool runs that version now."),
+        },
+    )
     def post(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.RollbackSerializer, request.data)

@@ -4,7 +4,8 @@ from controlplane.lib.errors import Conflict, DomainError
 
 
 class ProductionGateClosed(DomainError):
-    """A version that never ran on a non-production pool was sent to production without an override."""
+    """A version that has not run healthy on a non-production pool (see nodes/gate.py) was sent to production
+    without an override."""
 
     status_code = 409
     code = "production_gate"

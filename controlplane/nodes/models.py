@@ -1,5 +1,7 @@
 """A pool of engine nodes runs one desired template version; every change of it is a release."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -11,6 +13,12 @@ DEFAULT_CANARY_STAGES = ({"nodes": 1}, {"percent": 25}, {"percent": 100})
 
 def default_canary_stages() -> list[dict]:
     return [dict(stage) for stage in DEFAULT_CANARY_STAGES]
+
+
+# How long a node of a non-production pool must run a version, healthy, before the version counts as having run
+# there (the production gate). Five minutes: five times the longest `for` of the default alert rules (60 s), so any
+# default rule has fired long before the window ends, and ten of the seed's 30 s cold-start evaluation periods.
+DEFAULT_SOAK_S = 300
 
 
 class Pool(models.Model):
@@ -27,6 +35,8 @@ class Pool(models.Model):
     canary_stages = models.JSONField(default=default_canary_stages)
     # How long each stage is watched after all its nodes ACKed before it may promote.
     analysis_window_s = models.PositiveIntegerField(default=60)
+    # Non-production pools: how long one of their nodes must run a version healthy before production may get it.
+    soak_s = models.PositiveIntegerField(default=DEFAULT_SOAK_S)
 
     class Meta:
         ordering = ["-is_production", "name"]
@@ -171,6 +181,7 @@ class EngineNode(models.Model):
         "params.TemplateVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     applied_hash = models.CharField(max_length=64, blank=True)
+    # Since when the node runs its applied config: a repeated ACK of the same config leaves it alone.
     applied_at = models.DateTimeField(null=True, blank=True)
     last_nack_hash = models.CharField(max_length=64, blank=True)
     last_nack_error = models.TextField(blank=True)
@@ -250,3 +261,51 @@ class NodeCommand(models.Model):
     @property
     def requester(self) -> str:
         return self.requested_by.get_username() if self.requested_by else "automatic"
+
+
+class VersionRun(models.Model):
+    """A node of a non-production pool running one template version: the production gate's evidence.
+
+    A run starts when the node ACKs the version (or is found healthy on it again after a break) and is watched
+    (services/version_runs.py) while the node stays healthy on it; once that has held for the pool's `soak_s` it has
+    *passed*, and the version counts as having run on non-production. A NACK is a run that ended at once.
+    """
+
+    class State(models.TextChoices):
+        SOAKING = "soaking"  # running it, healthy so far, the window not over yet
+        PASSED = "passed"  # ran it healthy for the whole window
+        FAILED = "failed"  # stopped running it, or stopped being healthy, before the window was over
+        NACKED = "nacked"  # refused it: `reason` is the node's error
+
+    version = models.ForeignKey("params.TemplateVersion", on_delete=models.PROTECT, related_name="version_runs")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="version_runs")
+    # The node's name is kept as well: the evidence outlives the node's registration.
+    node = models.ForeignKey(EngineNode, null=True, blank=True, on_delete=models.SET_NULL, related_name="version_runs")
+    node_name = models.CharField(max_length=64)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.SOAKING)
+    # The ACK (or NACK); for a run after a break, when the node was found healthy on the version again.
+    started_at = models.DateTimeField()
+    # The pool's soak_s when the run started; a later change of the pool applies to later runs.
+    window_s = models.PositiveIntegerField()
+    # The last check that found the node healthy on the version.
+    healthy_until = models.DateTimeField()
+    passed_at = models.DateTimeField(null=True, blank=True)
+    # When the node stopped running the version or stopped being healthy; empty while it still runs it.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "version"], condition=Q(ended_at__isnull=True), name="version_run_one_open_per_node"
+            ),
+        ]
+        indexes = [models.Index(fields=["version", "state"], name="version_run_version_state_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.version} on {self.node_name} ({self.state})"
+
+    @property
+    def passes_at(self):
+        return self.started_at + timedelta(seconds=self.window_s)

@@ -1,18 +1,22 @@
 """REST endpoints for engine nodes: registration and credentials, operations, fleet and rollout state."""
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
-from controlplane.lib.errors import Conflict
+from controlplane.lib.errors import Conflict, InvalidField
+from controlplane.lib.openapi import conflict, not_found
 from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
-from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.gate import version_gate
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services import cleanup, rollouts
 from controlplane.nodes.services import engine_nodes as services
+from controlplane.nodes.waiting import PoolContext
+from controlplane.params.selectors import template_get, template_version_get
 
 _NODES = EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template")
 
@@ -22,14 +26,34 @@ class NodeList(APIView):
 
     required_action = Action.NODE_CREDENTIALS
 
+    @extend_schema(
+        operation_id="nodes_list",
+        parameters=[OpenApiParameter("pool", str, description="only the nodes of this pool")],
+        responses=serializers.NodeListSerializer,
+    )
     def get(self, request):
         now = timezone.now()
         nodes = _NODES.all()
         if "pool" in request.query_params:
             nodes = nodes.filter(pool__name=request.query_params["pool"])
-        return Response({"results": [selectors.node_summary(node=n, now=now) for n in nodes]})
+        contexts: dict[int, PoolContext] = {}
+        return Response(
+            {
+                "results": [
+                    selectors.node_summary(node=n, now=now, context=contexts.setdefault(n.pool_id, PoolContext(n.pool)))
+                    for n in nodes
+                ]
+            }
+        )
 
-    @extend_schema(request=serializers.NodeCreateSerializer, responses={201: dict})
+    @extend_schema(
+        request=serializers.NodeCreateSerializer,
+        responses={
+            201: serializers.NodeCreatedSerializer,
+            404: not_found("No such pool."),
+            409: conflict("A node with that name exists."),
+        },
+    )
     def post(self, request):
         data = validated(serializers.NodeCreateSerializer, request.data)
         pool = generics.get_object_or_404(Pool, name=data["pool"])
@@ -43,6 +67,7 @@ class NodeList(APIView):
 
 
 class NodeDetail(APIView):
+    @extend_schema(responses=serializers.NodeSummarySerializer)
     def get(self, request, name):
         node = generics.get_object_or_404(_NODES, name=name)
         return Response(selectors.node_summary(node=node, now=timezone.now()))
@@ -53,7 +78,7 @@ class NodeTokenRotate(APIView):
 
     required_action = Action.NODE_CREDENTIALS
 
-    @extend_schema(request=serializers.ReasonSerializer, responses={201: dict})
+    @extend_schema(request=serializers.ReasonSerializer, responses={201: serializers.NodeTokenSerializer})
     def post(self, request, name):
         node = generics.get_object_or_404(EngineNode, name=name)
         data = validated(serializers.ReasonSerializer, request.data)
@@ -64,7 +89,10 @@ class NodeTokenRotate(APIView):
 class NodeTokenRevoke(APIView):
     required_action = Action.NODE_CREDENTIALS
 
-    @extend_schema(request=serializers.ReasonSerializer, responses={200: dict})
+    @extend_schema(
+        request=serializers.ReasonSerializer,
+        responses={200: serializers.NodeRevokedSerializer, 409: conflict("The node has no active token.")},
+    )
     def post(self, request, name):
         node = generics.get_object_or_404(EngineNode, name=name)
         data = validated(serializers.ReasonSerializer, request.data)
@@ -77,10 +105,18 @@ class NodeCommandList(generics.ListAPIView):
     required_action = Action.NODE_OPERATE
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no node name
+            return NodeCommand.objects.none()
         node = generics.get_object_or_404(EngineNode, name=self.kwargs["name"])
         return node.commands.select_related("node", "requested_by")
 
-    @extend_schema(request=serializers.NodeCommandCreateSerializer, responses={201: serializers.NodeCommandSerializer})
+    @extend_schema(
+        request=serializers.NodeCommandCreateSerializer,
+        responses={
+            201: serializers.NodeCommandSerializer,
+            409: conflict("The node is not connected, or still carries out an earlier command."),
+        },
+    )
     def post(self, request, name):
         node = generics.get_object_or_404(EngineNode, name=name)
         data = validated(serializers.NodeCommandCreateSerializer, request.data)
@@ -93,7 +129,13 @@ class PoolCleanup(APIView):
 
     required_action = Action.NODE_OPERATE
 
-    @extend_schema(request=serializers.ReasonSerializer, responses={201: serializers.NodeCommandSerializer(many=True)})
+    @extend_schema(
+        request=serializers.ReasonSerializer,
+        responses={
+            201: serializers.NodeCommandSerializer(many=True),
+            409: conflict("The pool has no connected node free to clean up."),
+        },
+    )
     def post(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.ReasonSerializer, request.data)
@@ -108,6 +150,7 @@ class PoolRollout(APIView):
 
     required_action = Action.POOL_PUBLISH
 
+    @extend_schema(responses=serializers.PoolRolloutSerializer)
     def get(self, request, name):
         pool = generics.get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
         now = timezone.now()
@@ -116,7 +159,13 @@ class PoolRollout(APIView):
         body["canary"] = selectors.rollout_summary(rollout=latest, now=now) if latest else None
         return Response(body)
 
-    @extend_schema(request=serializers.RolloutActionSerializer)
+    @extend_schema(
+        request=serializers.RolloutActionSerializer,
+        responses={
+            200: serializers.RolloutSummarySerializer,
+            409: conflict("No rollout under way, or the action does not fit its state (paused, last stage...)."),
+        },
+    )
     def post(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.RolloutActionSerializer, request.data)
@@ -156,10 +205,46 @@ class PoolCanary(APIView):
             pool=pool,
             canary_stages=data.get("canary_stages", pool.canary_stages),
             analysis_window_s=data.get("analysis_window_s", pool.analysis_window_s),
+            soak_s=data.get("soak_s"),
             reason=data["reason"],
         )
         return Response(_canary_settings(pool))
 
 
 def _canary_settings(pool: Pool) -> dict:
-    return {"canary_stages": pool.canary_stages, "analysis_window_s": pool.analysis_window_s}
+    return {"canary_stages": pool.canary_stages, "analysis_window_s": pool.analysis_window_s, "soak_s": pool.soak_s}
+
+
+class PoolGate(APIView):
+    """GET `?template=&version=`: would the production gate let this version into this pool without an override?
+    The evidence (which node of which non-production pool ran it healthy, from when, for how long) or what is
+    missing (NACKed with the node's error, on staging for 1 min of 5, never published to a non-production pool)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("template", str, required=True),
+            OpenApiParameter("version", int, required=True),
+        ],
+        responses=serializers.GateSerializer,
+    )
+    def get(self, request, name):
+        pool = generics.get_object_or_404(Pool, name=name)
+        template_name, number = request.query_params.get("template", ""), request.query_params.get("version", "")
+        if not template_name:
+            raise InvalidField("template", "required")
+        if not number:
+            raise InvalidField("version", "required")
+        version = template_version_get(template=template_get(name=template_name), number=number)
+        verdict = version_gate(version=version)
+        body = {
+            "pool": pool.name,
+            "is_production": pool.is_production,
+            "version": version,
+            "has_run": verdict.has_run,
+            "allowed": verdict.has_run or not pool.is_production,
+            "summary": verdict.summary,
+            "advice": verdict.advice,
+            "retry_in_s": verdict.retry_in_s,
+            "runs": verdict.runs,
+        }
+        return Response(serializers.GateSerializer(body).data)

@@ -92,6 +92,9 @@ async def nodes_acked(acks) -> None:
                 "in_sync": ack.in_sync,
                 "nacked_desired": False,
                 "last_nack_error": "",
+                # Only an ACK of the desired version says the node has nothing left to wait for; after another ACK
+                # (an older push), the reason browsers show stays until the node's next full update.
+                **({"sync_code": "", "sync_reason": ""} if ack.in_sync else {}),
             }
         )
     for pool, nodes in by_pool.items():

@@ -1,12 +1,16 @@
-"""Reads about pools and nodes: release timeline, rollback targets, node summaries and how clients call a node."""
+"""Reads about pools and nodes: release timeline, rollback targets, rollouts, node and command summaries, and how
+clients call a node."""
 
 import json
 import shlex
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.realtime import version_ref
+from controlplane.nodes.services.cleanup import cleanup_waiting_for, sent_waiting_for
+from controlplane.nodes.waiting import PoolContext, node_sync_reason
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
 
@@ -31,24 +35,19 @@ def pool_previous_version(*, pool: Pool) -> TemplateVersion | None:
     return latest.previous_version if latest else None
 
 
-def version_reached_non_production(*, version: TemplateVersion) -> bool:
-    return PoolRelease.objects.filter(version=version, pool__is_production=False).exists()
-
-
-def version_ids_on_non_production() -> set[int]:
-    """Ids of every version that was ever released to a non-production pool, in one query."""
-    return set(PoolRelease.objects.filter(pool__is_production=False).values_list("version_id", flat=True))
-
-
 def pool_change_preview(*, pool: Pool, version: TemplateVersion) -> list[FieldChange]:
     """What would change on the pool's nodes if `version` became desired."""
     current = pool.desired_version.effective_params if pool.desired_version else {}
     return params_diff(current, version.effective_params)
 
 
-def node_summary(*, node, now) -> dict:
-    """What the fleet view shows of one node; also the payload of live `node.updated` events."""
+def node_summary(*, node, now, context: PoolContext | None = None) -> dict:
+    """What the fleet view shows of one node; also the payload of live `node.updated` events.
+
+    `sync_code`/`sync_reason` say why it does not run the desired version yet (waiting.py); `context` shares the
+    pool's reads between the nodes of one pool."""
     desired = node.pool.desired_version
+    sync_code, sync_reason = node_sync_reason(node=node, now=now, context=context)
     return {
         "name": node.name,
         "pool": node.pool.name,
@@ -63,6 +62,8 @@ def node_summary(*, node, now) -> dict:
         "in_sync": bool(desired) and node.applied_hash == desired.content_hash,
         "last_nack_error": node.last_nack_error,
         "nacked_desired": bool(desired) and node.last_nack_hash == desired.content_hash,
+        "sync_code": sync_code,
+        "sync_reason": sync_reason,
         "last_seen_at": node.last_seen_at.isoformat() if node.last_seen_at else None,
         "log_tail": node.log_tail[-20:],
         "has_token": node.has_token,
@@ -76,8 +77,9 @@ def node_summary(*, node, now) -> dict:
 
 def pool_rollout(*, pool, now) -> dict:
     """Which nodes run the desired version: acked, failed (NACKed it), or still pending."""
+    context = PoolContext(pool)
     nodes = [
-        node_summary(node=n, now=now)
+        node_summary(node=n, now=now, context=context)
         for n in pool.nodes.select_related("applied_version__template", "pool__desired_version__template")
     ]
     acked = sum(1 for n in nodes if n["in_sync"])
@@ -262,12 +264,22 @@ def command_summary(*, command: NodeCommand) -> dict:
         else warmup_figures(result=command.result)
         if command.op == NodeCommand.Op.WARMUP
         else None,
+        "waiting_for": command_waiting_for(command=command, now=timezone.now()),
         "requested_by": command.requester,
         "reason": command.reason,
         "requested_at": command.requested_at.isoformat() if command.requested_at else None,
         "sent_at": command.sent_at.isoformat() if command.sent_at else None,
         "finished_at": command.finished_at.isoformat() if command.finished_at else None,
     }
+
+
+def command_waiting_for(*, command: NodeCommand, now) -> str:
+    """What a command that has not started waits for (the pool's cleanup lease, the node...); empty otherwise."""
+    if command.state != NodeCommand.State.PENDING or command.finished_at is not None:
+        return ""
+    if command.op == NodeCommand.Op.CLEANUP:
+        return cleanup_waiting_for(command=command, now=now)
+    return sent_waiting_for(command=command, now=now) if command.sent_at else ""
 
 
 CLIENT_KEY_PLACEHOLDER = "<your client key>"

@@ -1,36 +1,40 @@
 """API shapes of pools and their releases."""
 
+from django.utils import timezone
 from rest_framework import serializers
 
-from controlplane.lib.serializers import StrictSerializer
-from controlplane.nodes.models import NodeCommand, Pool, PoolRelease
-from controlplane.nodes.selectors import cleanup_figures
+from controlplane.lib.serializers import JSONObjectField, ObjectListField, SlugNameField, StrictSerializer
+from controlplane.nodes.models import EngineNode, NodeCommand, Pool, PoolRelease, Rollout, VersionRun
+from controlplane.nodes.selectors import cleanup_figures, command_waiting_for
 from controlplane.params.serializers import FieldChangeSerializer
 
 
-class VersionRefField(serializers.Field):
-    def to_representation(self, version):
-        return {"template": version.template.name, "number": version.number, "hash": version.content_hash}
+class VersionRefSerializer(serializers.Serializer):
+    """A template version as pools, releases and nodes name it."""
+
+    template = serializers.CharField(source="template.name")
+    number = serializers.IntegerField()
+    hash = serializers.CharField(source="content_hash", help_text="sha256 of the effective parameters")
 
 
 class PoolSerializer(serializers.ModelSerializer):
-    desired_version = VersionRefField(allow_null=True)
+    desired_version = VersionRefSerializer(allow_null=True, help_text="null until a first publish")
 
     class Meta:
         model = Pool
-        fields = ["name", "description", "is_production", "desired_version", "created_at"]
+        fields = ["name", "description", "is_production", "desired_version", "soak_s", "created_at"]
 
 
 class PoolCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     is_production = serializers.BooleanField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class ReleaseSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name")
-    version = VersionRefField()
-    previous_version = VersionRefField(allow_null=True)
+    version = VersionRefSerializer()
+    previous_version = VersionRefSerializer(allow_null=True)
     actor = serializers.CharField(source="actor_name")
 
     class Meta:
@@ -69,13 +73,13 @@ class RollbackSerializer(StrictSerializer):
 
 
 class PreviewSerializer(serializers.Serializer):
-    target = VersionRefField(allow_null=True)
+    target = VersionRefSerializer(allow_null=True, help_text="null when there is nothing to roll back to")
     needs_restart = serializers.BooleanField()
     changes = FieldChangeSerializer(many=True)
 
 
 class NodeCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     pool = serializers.CharField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
@@ -90,16 +94,57 @@ class RolloutActionSerializer(StrictSerializer):
 
 
 class CanarySettingsSerializer(StrictSerializer):
-    """Either field may be left out (it keeps its value); the service checks the stages and the window."""
+    """Any field may be left out (it keeps its value); the service checks the stages and the windows."""
 
-    canary_stages = serializers.JSONField(required=False)
+    canary_stages = ObjectListField(required=False)
     analysis_window_s = serializers.IntegerField(required=False)
+    soak_s = serializers.IntegerField(
+        required=False, help_text="Non-production pools: how long a node must run a version healthy (the gate)."
+    )
     reason = serializers.CharField(max_length=2000)
 
 
 class CanarySettingsReadSerializer(serializers.Serializer):
-    canary_stages = serializers.JSONField()
+    canary_stages = ObjectListField()
     analysis_window_s = serializers.IntegerField()
+    soak_s = serializers.IntegerField()
+
+
+class VersionRunSerializer(serializers.ModelSerializer):
+    """One node of a non-production pool running a version: the production gate's evidence."""
+
+    pool = serializers.CharField(source="pool.name")
+    node = serializers.CharField(source="node_name")
+    passes_at = serializers.DateTimeField()
+
+    class Meta:
+        model = VersionRun
+        fields = [
+            "pool",
+            "node",
+            "state",
+            "started_at",
+            "window_s",
+            "healthy_until",
+            "passes_at",
+            "passed_at",
+            "ended_at",
+            "reason",
+        ]
+
+
+class GateSerializer(serializers.Serializer):
+    """Would the production gate let this version into this pool, and why (or what is missing)."""
+
+    pool = serializers.CharField()
+    is_production = serializers.BooleanField()
+    version = VersionRefSerializer()
+    has_run = serializers.BooleanField(help_text="The version ran healthy on a non-production pool for its window.")
+    allowed = serializers.BooleanField(help_text="A publish without override_reason would pass the gate.")
+    summary = serializers.CharField(help_text="The evidence, or what is missing, in one line.")
+    advice = serializers.CharField(allow_blank=True)
+    retry_in_s = serializers.FloatField(allow_null=True)
+    runs = VersionRunSerializer(many=True)
 
 
 class NodeCommandCreateSerializer(StrictSerializer):
@@ -112,6 +157,10 @@ class NodeCommandSerializer(serializers.ModelSerializer):
     # "automatic" for a cleanup the node asked for itself.
     requested_by = serializers.CharField(source="requester")
     figures = serializers.SerializerMethodField(help_text="A cleanup's before/after figures, once reported.")
+    waiting_for = serializers.SerializerMethodField(
+        help_text="What a pending command waits for (the pool's cleanup lease, the node to reconnect or start it); "
+        "empty once it runs or ended."
+    )
 
     class Meta:
         model = NodeCommand
@@ -128,9 +177,112 @@ class NodeCommandSerializer(serializers.ModelSerializer):
             "sent_at",
             "finished_at",
             "figures",
+            "waiting_for",
         ]
 
     def get_figures(self, command) -> dict | None:
         if command.op != NodeCommand.Op.CLEANUP:
             return None
         return cleanup_figures(result=command.result)
+
+    def get_waiting_for(self, command) -> str:
+        return command_waiting_for(command=command, now=timezone.now())
+
+
+class NodeWarmupSerializer(serializers.Serializer):
+    """The node's warmup: its state and, while it runs or once it ended, what the agent reported."""
+
+    state = serializers.ChoiceField(choices=EngineNode.WarmupState.choices)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class NodeSummarySerializer(serializers.Serializer):
+    """What the fleet view shows of one node (controlplane.nodes.selectors.node_summary)."""
+
+    name = serializers.CharField()
+    pool = serializers.CharField()
+    status = serializers.ChoiceField(choices=EngineNode.Status.choices)
+    backend = serializers.CharField(help_text="`vllm` or `simulated`, as the agent reported; empty before")
+    engine_version = serializers.CharField()
+    hostname = serializers.CharField()
+    gateway_url = serializers.CharField(
+        help_text="Where clients reach the node's OpenAI gateway (add /v1), as the agent reported; empty before"
+    )
+    served_model_name = serializers.CharField(help_text="The `model` clients send to this node; empty before")
+    applied = VersionRefSerializer(allow_null=True, help_text="the version the node ACKed last")
+    desired = VersionRefSerializer(allow_null=True, help_text="its pool's desired version")
+    in_sync = serializers.BooleanField()
+    last_nack_error = serializers.CharField()
+    nacked_desired = serializers.BooleanField()
+    sync_code = serializers.CharField(
+        help_text="Why the node is not on its desired version (e.g. nacked, canary, warming, offline); empty in sync"
+    )
+    sync_reason = serializers.CharField(help_text="The same in words, for people")
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+    log_tail = serializers.ListField(child=serializers.CharField())
+    has_token = serializers.BooleanField()
+    warmup = NodeWarmupSerializer()
+
+
+class NodeListSerializer(serializers.Serializer):
+    results = NodeSummarySerializer(many=True)
+
+
+class NodeCreatedSerializer(serializers.Serializer):
+    node = NodeSummarySerializer()
+    token = serializers.CharField(help_text="The node's token, shown this once (only its hash is kept).")
+
+
+class NodeTokenSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    token = serializers.CharField(help_text="The new token, shown this once; the old one stopped working.")
+
+
+class NodeRevokedSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    revoked = serializers.BooleanField()
+
+
+class StageNodeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    acked = serializers.BooleanField()
+    nacked = serializers.BooleanField()
+
+
+class RolloutStageSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    nodes = StageNodeSerializer(many=True)
+
+
+class RolloutSummarySerializer(serializers.Serializer):
+    """A canary rollout (controlplane.nodes.selectors.rollout_summary)."""
+
+    id = serializers.IntegerField()
+    pool = serializers.CharField()
+    state = serializers.ChoiceField(choices=Rollout.State.choices)
+    is_active = serializers.BooleanField()
+    from_version = VersionRefSerializer()
+    to_version = VersionRefSerializer()
+    stages = ObjectListField(help_text='the stages as configured, e.g. `[{"nodes": 1}, {"percent": 100}]`')
+    stage_index = serializers.IntegerField()
+    stage_nodes = RolloutStageSerializer(many=True)
+    baseline_nodes = serializers.ListField(child=serializers.CharField())
+    analysis_window_s = serializers.IntegerField()
+    stage_started_at = serializers.DateTimeField()
+    stage_acked_at = serializers.DateTimeField(allow_null=True)
+    window_left_s = serializers.FloatField(allow_null=True)
+    latest_analysis = JSONObjectField(allow_null=True, help_text="the last canary analysis, null before one")
+    outcome = serializers.CharField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class PoolRolloutSerializer(serializers.Serializer):
+    """Which nodes of the pool run its desired version, and its latest canary rollout."""
+
+    pool = serializers.CharField()
+    state = serializers.ChoiceField(choices=["idle", "no_nodes", "in_progress", "complete", "failed"])
+    total = serializers.IntegerField()
+    acked = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    nodes = NodeSummarySerializer(many=True)
+    canary = RolloutSummarySerializer(allow_null=True, help_text="null if the pool never had a rollout")

@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
+from controlplane.lib.openapi import conflict
 from controlplane.lib.serializers import validated
 from controlplane.nodes.models import Pool
 from controlplane.operations import degradation, selectors, serializers, services
@@ -31,7 +32,13 @@ class OverrideList(generics.ListAPIView):
             "revoked_by"
         )
 
-    @extend_schema(request=serializers.OverrideSetSerializer, responses={201: serializers.OverrideSerializer})
+    @extend_schema(
+        request=serializers.OverrideSetSerializer,
+        responses={
+            201: serializers.OverrideSerializer,
+            409: conflict("Someone set an override of the same conversation at the same moment (`override_race`)."),
+        },
+    )
     def post(self, request):
         data = validated(serializers.OverrideSetSerializer, request.data)
         pool_name = data.pop("pool")
@@ -43,7 +50,13 @@ class OverrideList(generics.ListAPIView):
 class OverrideRevoke(APIView):
     required_action = Action.OVERRIDE_SET
 
-    @extend_schema(request=serializers.RevokeSerializer, responses={200: serializers.OverrideSerializer})
+    @extend_schema(
+        request=serializers.RevokeSerializer,
+        responses={
+            200: serializers.OverrideSerializer,
+            409: conflict("The override was revoked or expired already (code `override_not_active`)."),
+        },
+    )
     def post(self, request, pk):
         override = get_object_or_404(ConversationOverride, pk=pk)
         data = validated(serializers.RevokeSerializer, request.data)
@@ -68,7 +81,13 @@ class PoolDegradationView(APIView):
         pool = get_object_or_404(Pool, name=name)
         return Response(serializers.PoolDegradationSerializer(selectors.pool_degradation(pool=pool)).data)
 
-    @extend_schema(request=serializers.DegradationSetSerializer, responses={200: serializers.PoolDegradationSerializer})
+    @extend_schema(
+        request=serializers.DegradationSetSerializer,
+        responses={
+            200: serializers.PoolDegradationSerializer,
+            409: conflict("The pool is degraded already (to enable) or is not degraded (to end it)."),
+        },
+    )
     def post(self, request, name):
         pool = get_object_or_404(Pool, name=name)
         data = validated(serializers.DegradationSetSerializer, request.data)

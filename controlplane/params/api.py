@@ -4,6 +4,7 @@ from dataclasses import asdict
 
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, status
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -12,15 +13,18 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
+from controlplane.lib.openapi import conflict
 from controlplane.lib.parsers import JSONParser
 from controlplane.lib.serializers import optional_int, validated
 from controlplane.nodes.models import Pool
 from controlplane.params import codec, schema, selectors, serializers
 from controlplane.params.exceptions import DocumentInvalid
 from controlplane.params.explain import version_explain
-from controlplane.params.models import ParameterTemplate, Whitelist
+from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist, WhitelistVersion
 from controlplane.params.services import templates as template_services
 from controlplane.params.services import whitelists as whitelist_services
+
+STALE_BASE = conflict("`base_version` is not the latest version any more (code `stale_base_version`): reload, redo.")
 
 
 class FieldSpecList(APIView):
@@ -38,7 +42,10 @@ class TemplateList(generics.ListAPIView):
     required_action = Action.TEMPLATE_WRITE
     filterset_fields = ["name"]
 
-    @extend_schema(request=serializers.TemplateCreateSerializer, responses={201: serializers.TemplateSerializer})
+    @extend_schema(
+        request=serializers.TemplateCreateSerializer,
+        responses={201: serializers.TemplateSerializer, 409: conflict("A template with that name exists.")},
+    )
     def post(self, request):
         data = validated(serializers.TemplateCreateSerializer, request.data)
         template = template_services.template_create(actor=request.user, **data)
@@ -56,10 +63,15 @@ class TemplateVersionList(generics.ListAPIView):
     required_action = Action.TEMPLATE_WRITE
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no template name
+            return TemplateVersion.objects.none()
         template = selectors.template_get(name=self.kwargs["name"])
         return template.versions.select_related("template", "author")
 
-    @extend_schema(request=serializers.VersionCreateSerializer, responses={201: serializers.VersionDetailSerializer})
+    @extend_schema(
+        request=serializers.VersionCreateSerializer,
+        responses={201: serializers.VersionDetailSerializer, 409: STALE_BASE},
+    )
     def post(self, request, name):
         template = selectors.template_get(name=name)
         data = validated(serializers.VersionCreateSerializer, request.data)
@@ -101,7 +113,7 @@ class TemplateImport(APIView):
                 },
             }
         },
-        responses={201: serializers.VersionDetailSerializer},
+        responses={201: serializers.VersionDetailSerializer, 409: STALE_BASE},
     )
     def post(self, request, name):
         template = selectors.template_get(name=name)
@@ -134,7 +146,7 @@ class TemplateVersionExplain(APIView):
 
     required_action = Action.VIEW
 
-    @extend_schema(request=serializers.ExplainSerializer)
+    @extend_schema(request=serializers.ExplainSerializer, responses=serializers.ExplainResultSerializer)
     def post(self, request, name, number):
         version = selectors.template_version_get(template=selectors.template_get(name=name), number=number)
         data = validated(serializers.ExplainSerializer, request.data)
@@ -152,7 +164,8 @@ class TemplateVersionExport(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("format", enum=list(codec.FORMATS), default="yaml")],
-        responses={(200, "text/plain"): str},
+        # The same document either way: `{inference_params: {...}}`.
+        responses={(200, "application/yaml"): OpenApiTypes.OBJECT, (200, "application/json"): OpenApiTypes.OBJECT},
     )
     def get(self, request, name, number):
         version = selectors.template_version_get(template=selectors.template_get(name=name), number=number)
@@ -169,7 +182,7 @@ class TemplateDiff(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("from", int, required=True), OpenApiParameter("to", int, required=True)],
-        responses=serializers.FieldChangeSerializer(many=True),
+        responses=serializers.DiffSerializer,
     )
     def get(self, request, name):
         template = selectors.template_get(name=name)
@@ -184,7 +197,7 @@ class DocumentValidate(APIView):
 
     required_action = Action.VIEW
 
-    @extend_schema(request=serializers.ValidateSerializer)
+    @extend_schema(request=serializers.ValidateSerializer, responses=serializers.ValidationResultSerializer)
     def post(self, request):
         data = validated(serializers.ValidateSerializer, request.data)
         try:
@@ -200,7 +213,10 @@ class WhitelistList(generics.ListAPIView):
     serializer_class = serializers.WhitelistSerializer
     required_action = Action.WHITELIST_WRITE
 
-    @extend_schema(request=serializers.WhitelistCreateSerializer, responses={201: serializers.WhitelistSerializer})
+    @extend_schema(
+        request=serializers.WhitelistCreateSerializer,
+        responses={201: serializers.WhitelistSerializer, 409: conflict("A whitelist with that name exists.")},
+    )
     def post(self, request):
         data = validated(serializers.WhitelistCreateSerializer, request.data)
         whitelist = whitelist_services.whitelist_create(actor=request.user, **data)
@@ -218,10 +234,13 @@ class WhitelistVersionList(generics.ListAPIView):
     required_action = Action.WHITELIST_WRITE
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no whitelist name
+            return WhitelistVersion.objects.none()
         return get_object_or_404(Whitelist, name=self.kwargs["name"]).versions.select_related("author")
 
     @extend_schema(
-        request=serializers.WhitelistVersionCreateSerializer, responses={201: serializers.WhitelistVersionSerializer}
+        request=serializers.WhitelistVersionCreateSerializer,
+        responses={201: serializers.WhitelistVersionSerializer, 409: STALE_BASE},
     )
     def post(self, request, name):
         whitelist = get_object_or_404(Whitelist, name=name)

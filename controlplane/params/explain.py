@@ -13,6 +13,7 @@ from controlplane.operations.policy_bundle import policy_bundle, whitelists_sect
 from controlplane.params.models import TemplateVersion
 from engine_node.policy.explain import ExplainInvalid, explain
 from engine_node.policy.intent import IntentClassifier
+from engine_node.policy.patterns import PatternRejected
 from engine_node.policy.rules import Policy
 
 
@@ -33,8 +34,13 @@ def version_explain(*, version: TemplateVersion, body: dict, pool: Pool | None =
     else:
         bundle = {"whitelists": whitelists_section(), "overrides": [], "intent_model": None}
     model = bundle.get("intent_model")
-    policy = Policy(version.effective_params, bundle, _classifier(model["id"] if model else None))
     try:
+        # A version saved before strict patterns ran on RE2 may hold one that RE2 refuses: say which.
+        policy = Policy(version.effective_params, bundle, _classifier(model["id"] if model else None))
+    except PatternRejected as exc:
+        raise InvalidField(exc.field, f"{exc.message}; nodes refuse this version") from None
+    try:
+        # Bounded like the gateway's: RE2 over the message's edges, the classifier over its first and last characters.
         result = explain(policy, body)
     except ExplainInvalid as exc:
         raise InvalidField(exc.field, exc.message) from None

@@ -29,8 +29,8 @@ MAX_PATTERN_LENGTH = 500
 DEFAULT_STRICT_PATTERNS = [
     r"[¥￥$]\s?\d+(?:[.,]\d{1,2})?|\d+(?:\.\d{1,2})?\s?(?:元|块|RMB|CNY|USD)",
     r"(?i)(?:订单号?|order\s*(?:no\.?|number|id|#))\s*[:：#]?\s*[A-Za-z0-9-]{6,}",
-    r"(?<!\d)1[3-9]\d{9}(?!\d)",
-    r"(?<!\d)\d{17}[\dXx](?!\d)",
+    r"(?:^|\D)(?P<hit>1[3-9]\d{9})(?:\D|$)",
+    r"(?:^|\D)(?P<hit>\d{17}[\dXx])(?:\D|$)",
 ]
 DEFAULT_INTENT_TIERS = {
     "order_status": "strict",
@@ -115,7 +115,8 @@ FIELDS: tuple[Field, ...] = (
         "regexes",
         "hot",
         DEFAULT_STRICT_PATTERNS,
-        "Regular expressions (Python syntax); a match in the user's message forces the strict tier.",
+        "Regular expressions (RE2: linear time, no look-around or backreferences; \\d, \\s, \\w as in Python); a "
+        "match in the user's message forces the strict tier.",
     ),
     Field(
         "intent.tiers",

@@ -1,8 +1,9 @@
 """API shapes of templates, versions and whitelists."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.lib.serializers import StrictSerializer
+from controlplane.lib.serializers import JSONObjectField, NameListField, SlugNameField, StrictSerializer
 from controlplane.params import codec, schema
 from controlplane.params.models import ParameterTemplate, TemplateVersion, Whitelist, WhitelistVersion
 
@@ -26,20 +27,27 @@ class TemplateSerializer(serializers.ModelSerializer):
 
 
 class TemplateCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class VersionSerializer(serializers.ModelSerializer):
     template = serializers.CharField(source="template.name")
     author = serializers.CharField(source="author.username")
-    base_version = serializers.IntegerField(source="base_number")
-    document = serializers.JSONField()
+    base_version = serializers.IntegerField(source="base_number", allow_null=True, help_text="null for version 1")
+    document = JSONObjectField(help_text="The document as authored: `{inference_params: {...}}`.")
     hash = serializers.CharField(source="content_hash")
 
     class Meta:
         model = TemplateVersion
         fields = ["template", "number", "base_version", "author", "created_at", "comment", "hash", "document"]
+
+
+class FieldValueSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    value = serializers.JSONField()
+    apply = serializers.CharField(help_text="`hot` (applied live) or `cold` (drained restart)")
+    is_default = serializers.BooleanField(help_text="true when the version leaves the field out")
 
 
 class VersionDetailSerializer(VersionSerializer):
@@ -48,6 +56,7 @@ class VersionDetailSerializer(VersionSerializer):
     class Meta(VersionSerializer.Meta):
         fields = [*VersionSerializer.Meta.fields, "fields_table"]
 
+    @extend_schema_field(FieldValueSerializer(many=True))
     def get_fields_table(self, version) -> list[dict]:
         authored = schema.flatten(version.params)
         values = schema.flatten(version.effective_params)
@@ -61,7 +70,7 @@ class VersionCreateSerializer(StrictSerializer):
     """A new version: either `document` as JSON, or `text` in `format` (yaml or json)."""
 
     base_version = serializers.IntegerField(min_value=0, allow_null=True)
-    document = serializers.JSONField(required=False)
+    document = JSONObjectField(required=False)
     text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=False)
     format = serializers.ChoiceField(choices=codec.FORMATS, required=False, default="yaml")
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
@@ -73,7 +82,7 @@ class VersionCreateSerializer(StrictSerializer):
 
 
 class ValidateSerializer(StrictSerializer):
-    document = serializers.JSONField(required=False)
+    document = JSONObjectField(required=False)
     text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=True)
     format = serializers.ChoiceField(choices=codec.FORMATS, required=False, default="yaml")
 
@@ -81,6 +90,17 @@ class ValidateSerializer(StrictSerializer):
         if ("document" in attrs) == ("text" in attrs):
             raise serializers.ValidationError({"document": ["give exactly one of document or text"]})
         return attrs
+
+
+class DocumentErrorSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    message = serializers.CharField()
+    apply = serializers.CharField(allow_null=True, help_text="`hot` or `cold` for a known field, else null")
+
+
+class ValidationResultSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    errors = DocumentErrorSerializer(many=True)
 
 
 class ExplainSerializer(StrictSerializer):
@@ -91,15 +111,29 @@ class ExplainSerializer(StrictSerializer):
     pool = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
 
+class ExplainResultSerializer(serializers.Serializer):
+    """What a gateway would decide (engine_node.policy.explain)."""
+
+    template = serializers.CharField(help_text="`template:number`")
+    pool = serializers.CharField(allow_null=True)
+    decision = JSONObjectField(help_text="intent, regex hits, tier, temperature, max_tokens, queue, ...")
+    decision_us = serializers.FloatField(help_text="time the policy took, in microseconds")
+    intent_model = serializers.CharField(help_text="sha256 of the intent model used, empty for none")
+
+
 class FieldChangeSerializer(serializers.Serializer):
     path = serializers.CharField()
-    old = serializers.JSONField()
-    new = serializers.JSONField()
+    old = serializers.JSONField(allow_null=True)
+    new = serializers.JSONField(allow_null=True)
     apply = serializers.CharField()
 
 
+class DiffSerializer(serializers.Serializer):
+    changes = FieldChangeSerializer(many=True)
+
+
 class WhitelistSerializer(serializers.ModelSerializer):
-    scenarios = serializers.SerializerMethodField()
+    scenarios = serializers.SerializerMethodField(help_text="the scenarios of the latest version")
 
     class Meta:
         model = Whitelist
@@ -110,22 +144,24 @@ class WhitelistSerializer(serializers.ModelSerializer):
 
 
 class WhitelistCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=64)
+    name = SlugNameField()
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
-    scenarios = serializers.JSONField()
+    scenarios = NameListField()
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class WhitelistVersionSerializer(serializers.ModelSerializer):
     author = serializers.CharField(source="author.username")
-    base_version = serializers.IntegerField(source="base_number")
+    base_version = serializers.IntegerField(source="base_number", allow_null=True, help_text="null for version 1")
 
     class Meta:
         model = WhitelistVersion
         fields = ["number", "base_version", "author", "created_at", "comment", "scenarios"]
 
+    scenarios = serializers.ListField(child=serializers.CharField())
+
 
 class WhitelistVersionCreateSerializer(StrictSerializer):
     base_version = serializers.IntegerField(min_value=1)
-    scenarios = serializers.JSONField()
+    scenarios = NameListField()
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")

@@ -1,7 +1,6 @@
 """Validation of a template document against the schema: per-field rules, then cross-field rules."""
 
 import math
-import re
 from typing import Any
 
 from controlplane.params.schema import (
@@ -18,6 +17,7 @@ from controlplane.params.schema import (
     FieldError,
     effective,
 )
+from engine_node.policy.patterns import PatternRejected, compile_pattern
 
 
 def validate(document: Any) -> tuple[dict, list[FieldError]]:
@@ -129,10 +129,11 @@ def _check_regexes(path: str, value: Any) -> list[FieldError]:
         elif len(pattern) > MAX_PATTERN_LENGTH:
             errors.append(FieldError(item, f"must be at most {MAX_PATTERN_LENGTH} characters"))
         else:
+            # The node's own compiler (RE2, linear time): what passes here is what the agent accepts.
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                errors.append(FieldError(item, f"is not a valid regular expression: {exc}"))
+                compile_pattern(pattern, item)
+            except PatternRejected as exc:
+                errors.append(FieldError(item, exc.message))
     return errors
 
 

@@ -13,7 +13,9 @@ from engine_node.policy.rules import Policy
 
 MAX_MESSAGE_CHARS = 20000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
-_CJK = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
+# The high byte of a UTF-16 code unit that is not one of the CJK blocks counted as a token each: U+3000-U+9FFF
+# (CJK punctuation, kana, ideographs), U+F900-U+FAFF (compatibility ideographs), U+FF00-U+FFFF (full-width forms).
+_NOT_CJK_HIGH_BYTES = bytes(b for b in range(256) if not (0x30 <= b <= 0x9F or b in (0xF9, 0xFA, 0xFF)))
 
 
 class ExplainInvalid(ValueError):
@@ -27,7 +29,11 @@ class ExplainInvalid(ValueError):
 
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free estimate: one token per CJK character, one per four other characters."""
-    cjk = len(_CJK.findall(text))
+    if text.isascii():
+        return math.ceil(len(text) / 4)
+    # Counted in C over the UTF-16 high bytes (a few ms for an 8 MiB body) rather than one match object per CJK
+    # character (half a second). A character outside the BMP is a surrogate pair, neither half of which counts.
+    cjk = len(text.encode("utf-16-be", "surrogatepass")[::2].translate(None, _NOT_CJK_HIGH_BYTES))
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 

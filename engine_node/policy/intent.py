@@ -23,6 +23,7 @@ from pathlib import Path
 MODEL_PATH = Path(__file__).resolve().parent / "data" / "intent_model.json"
 MODEL_FORMAT = "intent-hashed-ngram-logreg-v1"
 N_BUCKETS = 1 << 18
+_BUCKET_MASK = N_BUCKETS - 1
 
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
@@ -39,25 +40,34 @@ def _digit_token(run: str) -> str:
     return "#order" if len(run) >= 10 else "#num"
 
 
+def grams(text: str) -> set[str]:
+    """The distinct n-grams of a message, each prefixed with its kind (c: CJK, w: word, b: word pair, l: letters)."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    # One generator per kind over the distinct runs, not one per run: a message of many short repeated runs
+    # ("1元1元...") costs what its distinct n-grams cost.
+    found = {
+        "c" + run[i : i + n] for run in set(_CJK_RUN.findall(text)) for n in (1, 2, 3) for i in range(len(run) - n + 1)
+    }
+    words = _LATIN_WORD.findall(text)
+    found.update("w" + word for word in words)
+    found.update(f"b{a} {b}" for a, b in itertools.pairwise(words))
+    found.update(
+        "l" + padded[i : i + n]
+        for padded in {f"<{word}>" for word in words}
+        for n in (3, 4)
+        for i in range(len(padded) - n + 1)
+    )
+    found.update({_digit_token(run) for run in set(_DIGIT_RUN.findall(text))})
+    found.update("s" + char for char in _SYMBOLS if char in text)
+    if not found:
+        found.add("#empty")
+    return found
+
+
 def features(text: str) -> dict[int, float]:
     """Hashed, L2-normalised binary n-gram features of a message."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    grams: set[str] = set()
-    for run in _CJK_RUN.findall(text):
-        for n in (1, 2, 3):
-            grams.update("c" + run[i : i + n] for i in range(len(run) - n + 1))
-    words = _LATIN_WORD.findall(text)
-    grams.update("w" + word for word in words)
-    grams.update(f"b{a} {b}" for a, b in itertools.pairwise(words))
-    for word in words:
-        padded = f"<{word}>"
-        for n in (3, 4):
-            grams.update("l" + padded[i : i + n] for i in range(len(padded) - n + 1))
-    grams.update(_digit_token(run) for run in _DIGIT_RUN.findall(text))
-    grams.update("s" + char for char in text if char in _SYMBOLS)
-    if not grams:
-        grams.add("#empty")
-    buckets = {zlib.crc32(gram.encode("utf-8")) % N_BUCKETS for gram in grams}
+    # crc32 of the UTF-8 bytes modulo a power of two, as trained; map() keeps the per-gram work in C.
+    buckets = {digest & _BUCKET_MASK for digest in map(zlib.crc32, map(str.encode, grams(text)))}
     value = 1.0 / math.sqrt(len(buckets))
     return dict.fromkeys(buckets, value)
 
@@ -157,12 +167,14 @@ class IntentClassifier:
 
     def scores(self, text: str) -> list[float]:
         """The raw linear score of every label, in label order, before the temperature."""
-        scores = list(self.bias)
-        for bucket, value in features(text).items():
-            row = self.weights.get(bucket)
-            if row is not None:
-                scores = [score + value * weight for score, weight in zip(scores, row, strict=True)]
-        return scores
+        buckets = features(text)
+        rows = [row for row in map(self.weights.get, buckets) if row is not None]
+        if not rows:
+            return list(self.bias)
+        # Every feature of a message has the same value (binary, L2-normalised): the score is the bias plus that
+        # value times each label's column sum, summed in C rather than one Python list per feature.
+        value = next(iter(buckets.values()))
+        return [bias + value * total for bias, total in zip(self.bias, map(sum, zip(*rows, strict=True)), strict=True)]
 
     def probabilities(self, text: str) -> dict[str, float]:
         """The calibrated softmax probability of every label for one message."""

@@ -9,23 +9,28 @@ classification plus a few dictionary lookups.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from engine_node.policy.intent import IntentClassifier
+from engine_node.policy.intent import Intent, IntentClassifier
+from engine_node.policy.patterns import compile_patterns
 
 TIERS = ("strict", "normal", "creative")
-# Only the start of a very long message is scanned: amounts and order numbers sit near the front, and a user-edited
-# pattern must not get a megabyte of text to backtrack over.
-SCAN_CHARS = 4000
+# What the policy reads of the latest user message, so that a decision costs at most a fixed amount whatever a client
+# sends (docs/policy-patterns.md). The strict patterns read its first and last 2,048 characters (all of it up to
+# 4,096): an amount or order number in a pasted text is found whether the question comes before or after it, and RE2
+# runs each pattern over those <= 16 KiB of UTF-8 in linear time. The classifier reads its first and last 128
+# characters (all of it up to 256): it was trained on messages of at most ~100 characters, beyond that its hashed
+# n-grams only dilute, and its pure-Python cost grows with every distinct n-gram (three per Chinese character).
+REGEX_EDGE_CHARS = 2048
+CLASSIFIER_EDGE_CHARS = 128
 # The template defaults of the sections the policy reads, for a node that has no config yet. They equal
 # controlplane.params.schema's defaults (a test keeps them equal; the agent may not import the control plane).
 DEFAULT_STRICT_PATTERNS = [
     r"[¥￥$]\s?\d+(?:[.,]\d{1,2})?|\d+(?:\.\d{1,2})?\s?(?:元|块|RMB|CNY|USD)",
     r"(?i)(?:订单号?|order\s*(?:no\.?|number|id|#))\s*[:：#]?\s*[A-Za-z0-9-]{6,}",
-    r"(?<!\d)1[3-9]\d{9}(?!\d)",
-    r"(?<!\d)\d{17}[\dXx](?!\d)",
+    r"(?:^|\D)(?P<hit>1[3-9]\d{9})(?:\D|$)",
+    r"(?:^|\D)(?P<hit>\d{17}[\dXx])(?:\D|$)",
 ]
 DEFAULT_INTENT_TIERS = {
     "order_status": "strict",
@@ -116,7 +121,8 @@ class Policy:
         self.params = {section: {**values, **(params.get(section) or {})} for section, values in DEFAULTS.items()}
         self.bundle = {**EMPTY_BUNDLE, **(bundle or {})}
         self.classifier = classifier
-        self.patterns = [re.compile(p) for p in self.params["temperature"]["strict_patterns"]]
+        # Raises PatternRejected naming the pattern RE2 refuses; the agent NACKs such a config.
+        self.patterns = compile_patterns(self.params["temperature"]["strict_patterns"])
         named = set(self.params["max_tokens"]["whitelist"])
         # scenario -> the whitelist that names it; only whitelists the template refers to count.
         self.whitelisted: dict[str, str] = {}
@@ -143,19 +149,14 @@ class Policy:
         intent_params = self.params["intent"]
         notes: list[str] = []
 
-        scanned = text[:SCAN_CHARS]
-        hits = []
-        for pattern in self.patterns:
-            found = pattern.search(scanned)
-            if found:
-                hits.append(RegexHit(pattern.pattern, found.group(0)[:80]))
-
+        hits = self.strict_hits(text)
         intent, confidence, source = None, None, "none"
         if business_tag:
             intent, confidence, source = business_tag, 1.0, "business_tag"
-        elif self.classifier is not None and text.strip():
-            result = self.classifier.classify(scanned)
-            intent, confidence, source = result.label, round(result.confidence, 4), "classifier"
+        elif self.classifier is not None:
+            result = self.classify(text)
+            if result is not None:
+                intent, confidence, source = result.label, round(result.confidence, 4), "classifier"
         floor = intent_params["confidence_floor"]
         confident = source == "business_tag" or (confidence is not None and confidence >= floor)
 
@@ -221,6 +222,26 @@ class Policy:
             notes=tuple(notes),
         )
 
+    def strict_hits(self, text: str) -> list[RegexHit]:
+        """The strict patterns that match the edges of the message, each with the text it matched."""
+        if not self.patterns:
+            return []
+        # surrogatepass: a lone surrogate (valid in JSON) is text RE2 matches nothing against, not an error.
+        scanned = edges(text, REGEX_EDGE_CHARS).encode("utf-8", "surrogatepass")
+        hits = []
+        for pattern in self.patterns:
+            found = pattern.search(scanned)
+            if found is not None:
+                hits.append(RegexHit(pattern.pattern, found[:80]))
+        return hits
+
+    def classify(self, text: str) -> Intent | None:
+        """The classifier's reading of the edges of the message; None for a blank one."""
+        classified = edges(text, CLASSIFIER_EDGE_CHARS)
+        if self.classifier is None or not classified.strip():
+            return None
+        return self.classifier.classify(classified)
+
     def _override(self, conversation: str | None, now: float | None) -> dict | None:
         if not conversation:
             return None
@@ -262,6 +283,14 @@ class Policy:
         if client is not None:
             notes.append(f"client asked for {client}; first-turn cap is {cap}")
         return cap, "first-turn cap", limits["continuation_max_rounds"], None
+
+
+def edges(text: str, each: int) -> str:
+    """The first and last `each` characters of a text (all of it when it is no longer than both), joined by a line
+    break so that no pattern match or n-gram spans the gap."""
+    if len(text) <= 2 * each:
+        return text
+    return f"{text[:each]}\n{text[-each:]}"
 
 
 _SENTENCE_END = set("。！？!?.…；;~～")

@@ -1,5 +1,5 @@
-// Fleet view: applies live `node.updated` events to the node rows (status, warmup progress, applied version) and
-// recounts each pool's rollout.
+// Fleet view: applies live `node.updated` events to the node rows (status, warmup progress, applied version and why
+// it is not the desired one) and recounts each pool's rollout.
 (function () {
   const script = document.currentScript;
 
@@ -35,7 +35,9 @@
       row.dataset.node = node.name;
       row.innerHTML =
         '<td><a href="/nodes/' + encodeURIComponent(node.name) + '/"></a></td><td><span class="badge" data-field="status"></span></td>' +
-        '<td data-field="warmup"><span class="warmup-progress" data-testid="warmup"></span></td><td data-field="applied"></td><td data-field="backend"></td><td data-field="engine_version" class="mono small"></td>' +
+        '<td data-field="warmup"><span class="warmup-progress" data-testid="warmup"></span></td>' +
+        '<td><span data-field="applied"></span><div class="small sync-reason" data-field="sync_reason" data-testid="sync-reason"></div></td>' +
+        '<td data-field="backend"></td><td data-field="engine_version" class="mono small"></td>' +
         '<td data-field="last_nack_error" class="error small"></td><td data-field="last_seen_at" class="muted small"></td>';
       row.querySelector("a").textContent = node.name;
       section.querySelector("tbody").append(row);
@@ -53,6 +55,14 @@
       const applied = row.querySelector('[data-field="applied"]');
       text(applied, ref(node.applied));
       applied.className = node.in_sync ? "" : "warn";
+    }
+    if ("sync_reason" in node) {
+      // Why the node does not run the desired version yet (offline, NACKed, canary, warming up, waiting for ACK).
+      const reason = row.querySelector('[data-field="sync_reason"]');
+      const full = node.sync_reason || "";
+      text(reason, full.length > 160 ? full.slice(0, 159) + "…" : full);
+      reason.title = full;
+      reason.className = "small sync-reason sync-" + (node.sync_code || "");
     }
     if ("backend" in node) {
       const backend = row.querySelector('[data-field="backend"]');

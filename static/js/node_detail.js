@@ -30,7 +30,8 @@
     const state = field(row, "state");
     state.className = "badge state-" + c.state;
     state.textContent = c.state;
-    field(row, "progress").textContent = c.progress || "";
+    // A command not started yet says what it waits for (the pool's cleanup lease, the node to reconnect...).
+    field(row, "progress").textContent = c.waiting_for || c.progress || "";
     field(row, "result").textContent = c.figures ? c.figures.text : c.result || "";
   }
 
@@ -38,6 +39,20 @@
     if (n.name !== node) return;
     if (n.warmup && window.renderWarmup) {
       window.renderWarmup(document.querySelector("[data-testid=warmup-cell] [data-testid=warmup]"), n.warmup);
+    }
+    if ("sync_reason" in n) {
+      const reason = document.querySelector("[data-testid=sync-reason]");
+      if (reason) {
+        reason.textContent = n.sync_reason || "";
+        reason.className = "small sync-reason sync-" + (n.sync_code || "");
+      }
+      const inSync = document.querySelector("[data-testid=in-sync]");
+      if (inSync && "in_sync" in n) {
+        const badge = document.createElement("span");
+        badge.className = n.in_sync ? "ok" : "warn";
+        badge.textContent = n.in_sync ? "in sync" : "not applied";
+        inSync.replaceChildren(badge);
+      }
     }
     if (!("status" in n)) return;
     const badge = document.querySelector("[data-testid=node-status]");

@@ -160,13 +160,20 @@
       const on = el("td", "", alert.name);
       if (alert.pool && alert.scope === "node") on.append(" ", el("span", "muted small", "(" + alert.pool + ")"));
       const since = el("td");
-      since.dataset.since = alert.started_at;
-      row.append(el("td", "mono", alert.rule), on, el("td"), el("td"), since, el("td", "", alert.for_s + " s"));
+      since.dataset.field = "holding";
+      const waiting = el("td", "small waiting-for");
+      waiting.dataset.field = "waiting";
+      row.append(el("td", "mono", alert.rule), on, el("td"), el("td"), since, el("td", "", alert.for_s + " s"), waiting);
       row.children[2].dataset.field = "value";
       pending.prepend(row);
     }
     row.children[2].textContent = alert.value_text;
     row.children[3].replaceChildren(badge(alert.severity));
+    // How long the condition has held (the `for` counts from there), unknown while no fresh data comes in.
+    const holding = field(row, "holding");
+    holding.dataset.since = alert.holding_since || "";
+    if (!alert.holding_since) holding.textContent = "unknown (no fresh data)";
+    field(row, "waiting").textContent = alert.waiting_for || "";
   }
 
   function notify(incident, escalated) {
@@ -184,6 +191,14 @@
 
   window.connectLive(script.dataset.wsPath, (event) => {
     if (event.type !== "alerts.changed") return;
+    if (event.evaluator) {
+      // Whether evaluation passes complete: when they do not, that is what every pending alert waits for.
+      const state = document.querySelector("[data-testid=evaluator-state]");
+      if (state) {
+        state.hidden = event.evaluator.is_running;
+        state.textContent = event.evaluator.text;
+      }
+    }
     event.alerts.forEach(upsertPending);
     const byId = {};
     event.incidents.forEach((incident) => {

@@ -43,6 +43,9 @@ def test_fire_acknowledge_resolve_reach_the_socket(fleet, clock, users):
 
     fired, acked, resolved, group_id = async_to_sync(scenario)()
     assert fired["type"] == "alerts.changed" and fired["notify"] == [group_id]
+    # Sent by a pass that got through: evaluation runs. An acknowledgement reads the lease (no pass completed here).
+    assert fired["evaluator"] == {"is_running": True, "text": ""}
+    assert acked["evaluator"]["is_running"] is False
     [alert] = fired["alerts"]
     assert (alert["rule"], alert["name"], alert["state"], alert["severity"]) == (
         "node-lost",

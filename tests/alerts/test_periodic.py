@@ -2,7 +2,9 @@
 
 import asyncio
 import itertools
+import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -12,17 +14,28 @@ import aiohttp
 import pytest
 from celery import shared_task
 from django.core.management import CommandError, call_command
+from django.db import OperationalError
+from django.test import Client
 
 from controlplane.alerts.management.commands.run_periodic import Entry, run_forever
 from controlplane.alerts.models import Alert, EvaluatorLease
 from tests.live_server import ROOT, free_port, wait_for_port
 
 RUNS: list[float] = []
+LOCKED = threading.Event()
 
 
 @shared_task(name="tests.alerts.record_run")
 def record_run(label: str) -> None:
     RUNS.append(time.monotonic())
+
+
+@shared_task(name="tests.alerts.locked_then_fine")
+def locked_then_fine() -> None:
+    """The database locked while LOCKED is set (as SQLite answers a writer past its busy timeout), then fine."""
+    RUNS.append(time.monotonic())
+    if LOCKED.is_set():
+        raise OperationalError("database is locked")
 
 
 @pytest.mark.django_db
@@ -107,3 +120,54 @@ async def _lose_node_while_watching(base: str, env: dict) -> dict:
             assert await process.wait() == 0
             message = await ws.receive_json(timeout=20)
             return message
+
+
+@pytest.mark.django_db
+def test_an_entry_whose_task_hits_a_database_error_keeps_running_and_shows_on_the_health_line(oncall, caplog):
+    caplog.set_level(logging.INFO)
+    RUNS.clear()
+    LOCKED.set()
+    entry = Entry("flaky-entry", {"task": "tests.alerts.locked_then_fine", "schedule": 0.1})
+    stop = threading.Event()
+    thread = threading.Thread(target=run_forever, args=(entry, stop))
+    thread.start()
+    browser = Client()
+    browser.force_login(oncall)
+    try:
+        _wait(lambda: len(RUNS) >= 3, "three failed runs")
+        page = browser.get("/").content.decode()
+        health = browser.get("/healthz")
+        failed_runs = len(RUNS)
+        LOCKED.clear()
+        _wait(lambda: len(RUNS) >= failed_runs + 2, "runs after the failures", timeout_s=40)
+        recovered = browser.get("/healthz")
+    finally:
+        LOCKED.clear()
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    # While failing: the overview names the loop, its last success (none yet) and its last error; /healthz is 503.
+    assert "flaky-entry</b> is failing" in page and "last success never" in page, page
+    assert "periodic task tests.alerts.locked_then_fine: OperationalError: database is locked" in page
+    assert health.status_code == 503
+    flaky = next(loop for loop in health.json()["loops"] if loop["loop"] == "flaky-entry")
+    assert flaky["state"] == "failing" and flaky["failures"] >= 1 and "last_error" not in flaky
+    # It kept running, backing off (0.2, 0.4, 0.8 s ... after the failures), and recovered.
+    gaps = [b - a for a, b in itertools.pairwise(RUNS)]
+    assert all(gap >= 0.15 * 2**i for i, gap in enumerate(gaps[:3])), gaps
+    flaky = next(loop for loop in recovered.json()["loops"] if loop["loop"] == "flaky-entry")
+    assert (flaky["state"], flaky["failures"]) == ("ok", 0) and flaky["last_success_at"]
+    # Logged once with its traceback, then its recovery; nothing per run.
+    lines = [r for r in caplog.records if r.name == "controlplane.loops"]
+    assert [r.levelname for r in lines] == ["ERROR", "INFO"], [r.getMessage() for r in lines]
+    assert lines[0].exc_info is not None
+    assert re.match(r"flaky-entry recovered after (\d+) failure\(s\)", lines[1].getMessage()), lines[1].getMessage()
+    assert int(re.match(r"\D+(\d+)", lines[1].getMessage()).group(1)) >= 3
+    assert not [r for r in caplog.records if r.name.startswith("celery")]
+
+
+def _wait(predicate, what: str, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s} s"
+        time.sleep(0.02)

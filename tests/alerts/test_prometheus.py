@@ -10,11 +10,13 @@ import urllib.request
 import pytest
 import yaml
 from django.core.management import call_command
+from django.db import OperationalError
 from django.test import Client
 
 from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.export import alert_name
 from controlplane.alerts.models import AlertRule
+from controlplane.lib import loop_health
 from tests.engine_node.test_gateway_policy import start_node
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -47,8 +49,12 @@ def busy_fleet(fleet, clock):
 
 
 @pytest.mark.django_db
-def test_control_plane_metrics_pass_promtool(busy_fleet, settings, clock):
+def test_control_plane_metrics_pass_promtool(busy_fleet, settings, clock, monkeypatch):
     settings.METRICS_API_KEY = "scrape-key-123"
+    monkeypatch.setattr(loop_health, "_records", {})
+    monkeypatch.setattr(loop_health, "_logs", {})
+    loop_health.loop_register("scrape-test-loop", description="a background loop", period_s=1.0)
+    loop_health.loop_failed("scrape-test-loop", OperationalError("database is locked"), context="a test")
     response = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-key-123")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=")
@@ -63,6 +69,9 @@ def test_control_plane_metrics_pass_promtool(busy_fleet, settings, clock):
     assert 'controlplane_node_engine_restarts_total{node="gpu-1",pool="prod-main"} 2.0' in body
     assert 'controlplane_nodes{pool="prod-main",state="connected"} 1.0' in body
     assert 'controlplane_alerts{rule="p99-latency",severity="warning",state="pending"} 2.0' in body
+    process = loop_health.process_name()
+    assert f'controlplane_loop_up{{loop="scrape-test-loop",process="{process}"}} 0.0' in body
+    assert f'controlplane_loop_consecutive_failures{{loop="scrape-test-loop",process="{process}"}} 1.0' in body
 
 
 @pytest.mark.django_db

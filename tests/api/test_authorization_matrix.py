@@ -148,6 +148,7 @@ MATRIX: tuple[Call, ...] = (
         {"canary_stages": [{"nodes": 1}, {"percent": 100}], "analysis_window_s": 120, "reason": "one node first"},
         writes=True,
     ),
+    Call("pool-gate", "GET", EVERY_ROLE, 200, {"name": "prod-main"}, {"template": "chat", "version": 2}),
     Call("pool-cleanup", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "fragmentation"}, writes=True),
     Call("node-list", "GET", EVERY_ROLE, 200),
     Call("node-list", "POST", OPERATORS, 201, data={"name": "gpu-2", "pool": "staging"}, writes=True),
@@ -369,15 +370,25 @@ def test_matrix(world, api_for, call, role):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("pattern", api_urls.urlpatterns, ids=[p.name for p in api_urls.urlpatterns])
-def test_methods_without_a_handler_are_refused_even_for_admins(world, api_for, pattern):
-    missing = {"GET", "POST", "PUT", "PATCH", "DELETE"} - implemented_methods(pattern)
+def test_methods_a_route_does_not_have_get_405_for_every_role(world, api_for, pattern):
+    """405 naming the route's methods in `Allow` (not a 403 that reads as "ask for a bigger role");
+    anonymous callers are asked to sign in first."""
+    implemented = implemented_methods(pattern)
+    missing = {"GET", "POST", "PUT", "PATCH", "DELETE"} - implemented
     kwargs = next(c.kwargs for c in MATRIX if c.name == pattern.name)
     kwargs = kwargs() if callable(kwargs) else kwargs
     url = reverse(f"api:{pattern.name}", kwargs=kwargs)
     before = state_snapshot()
-    for method in sorted(missing):
-        response = getattr(api_for(Role.ADMIN), method.lower())(url, {"name": "x"}, format="json")
-        assert response.status_code in (403, 405), (method, response.status_code)
+    for role in [*Role.values, ANONYMOUS]:
+        for method in sorted(missing):
+            response = getattr(api_for(role), method.lower())(url, {"name": "x"}, format="json")
+            if role is ANONYMOUS and pattern.name != "token-issue":
+                assert response.status_code == 401, (method, role, response.status_code)
+                continue
+            assert response.status_code == 405, (method, role, response.status_code, response.content[:300])
+            assert {m.strip() for m in response["Allow"].split(",")} >= implemented, response["Allow"]
+            if pattern.name not in {"schema", "docs"}:
+                assert response.json()["error"] == f'Method "{method}" not allowed.'
     assert state_snapshot() == before
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.params.services.templates import template_version_create
+from tests.factories import ran_healthy
 from tests.helpers import state_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -65,11 +66,29 @@ def test_production_gate_refuses_a_version_not_yet_on_a_non_production_pool(worl
     assert response.status_code == 409
     body = response.json()
     assert body["code"] == "production_gate"
-    assert body["error"].startswith("version: chat v3 has not been published to a non-production pool")
+    assert body["error"].startswith(
+        "version: chat v3 has not run on a non-production pool yet: it was never published to a non-production pool"
+    )
+    assert body["detail"][0] == {"path": "version", "message": "it was never published to a non-production pool"}
     assert state_snapshot() == before
 
 
+def test_production_gate_refuses_a_version_published_to_staging_but_not_acked(world, api_for):
+    response = publish(api_for("sre"), "prod-main", 2, reason="promote")
+    assert response.status_code == 409
+    assert "published to staging at " in response.json()["error"]
+    assert "but no node of it has ACKed it yet; wait for a node to ACK it" in response.json()["error"]
+    assert desired("prod-main") is None
+
+
 def test_production_gate_opens_once_staging_ran_the_version(world, api_for):
+    ran_healthy(world["node"], world["v2"])
+    gate = api_for("oncall").get("/api/v1/pools/prod-main/gate/", {"template": "chat", "version": 2}).json()
+    assert (gate["has_run"], gate["allowed"], gate["advice"]) == (True, True, "")
+    assert gate["summary"].startswith("ran on staging: gpu-1 healthy for 5 min from ")
+    assert [(r["pool"], r["node"], r["state"], r["window_s"]) for r in gate["runs"]] == [
+        ("staging", "gpu-1", "passed", 300)
+    ]
     response = publish(api_for("sre"), "prod-main", 2, reason="promote")
     assert response.status_code == 201, response.content
     assert response.json()["override_reason"] == ""

@@ -1,14 +1,33 @@
 """The operator's path through the dashboard in Chromium: edit, validate, save, diff, publish, roll back."""
 
 import re
+import threading
 
 import pytest
+from django.db import connection
 
+from controlplane.accounts.models import User
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
+from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.params.models import TemplateVersion
+from tests.factories import ran_healthy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def off_thread(work) -> None:
+    """Services that send events (async_to_sync) run off this thread, where Playwright's event loop runs."""
+
+    def run():
+        try:
+            work()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
 
 
 def login(page, base: str, role: str) -> None:
@@ -26,7 +45,7 @@ def publish(page, base: str, pool: str, ref: str, reason: str) -> None:
     page.select_option("#publish-form select[name=version]", ref)
     page.fill("#publish-form textarea[name=reason]", reason)
     page.click("#publish-form button[type=submit]")
-    page.get_by_text("Published").wait_for()
+    page.locator("[role=status]", has_text="Published").wait_for()
 
 
 def test_edit_validate_save_diff_publish_and_roll_back(seeded, server_url, new_page, shot):
@@ -93,16 +112,24 @@ def test_edit_validate_save_diff_publish_and_roll_back(seeded, server_url, new_p
     sre.fill("#publish-form textarea[name=reason]", "festival tuning")
     sre.click("#publish-form button[type=submit]")
     sre.locator("[data-testid=publish-error]").wait_for()
-    assert "has not been published to a non-production pool" in sre.locator("[data-testid=publish-error]").inner_text()
+    assert (
+        "chat-default v2 has not run on a non-production pool yet: it was never published to a non-production pool"
+        in sre.locator("[data-testid=publish-error]").inner_text()
+    )
     assert Pool.objects.get(name="prod-main").desired_version.number == 1
     shot(sre, "04-production-gate")
 
-    # Both pools run the seed's v1 already (seed_demo publishes it, staging first).
-    for pool, ref, reason in [
-        ("staging", "chat-default:2", "festival tuning, stage 1"),
-        ("prod-main", "chat-default:2", "staging clean for an hour"),
-    ]:
-        publish(sre, server_url, pool, ref, reason)
+    # Both pools run the seed's v1 already; v2 goes to staging, where a node runs it healthy for the soak window.
+    publish(sre, server_url, "staging", "chat-default:2", "festival tuning, stage 1")
+    off_thread(
+        lambda: ran_healthy(
+            node_create(actor=User.objects.get(username="sre"), name="gpu-s1", pool=Pool.objects.get(name="staging"))[
+                0
+            ],
+            TemplateVersion.objects.get(template__name="chat-default", number=2),
+        )
+    )
+    publish(sre, server_url, "prod-main", "chat-default:2", "staging clean for five minutes")
     assert Pool.objects.get(name="prod-main").desired_version.number == 2
     watcher.locator("#releases li.fresh").first.wait_for()
     assert "prod-main → chat-default v2" in watcher.locator("#releases").inner_text()

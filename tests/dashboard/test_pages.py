@@ -21,7 +21,7 @@ from controlplane.operations.services import override_set
 from controlplane.params.services.templates import template_version_create
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
-from tests.factories import legal_whitelist, pools, template_with_versions
+from tests.factories import legal_whitelist, pools, ran_healthy, template_with_versions
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +47,8 @@ def world(users):
     # Warmup dataset `faq` (version 1), the warmup of prod-main.
     faq = warmup_dataset_create(actor=sre, name="faq", content=WARMUP_CSV, fmt="csv")
     pool_warmup_assign(actor=sre, pool=prod, version=faq.versions.get(), reason="first warmup")
-    node_create(actor=sre, name="gpu-1", pool=staging)
+    gpu1, _ = node_create(actor=sre, name="gpu-1", pool=staging)
+    ran_healthy(gpu1, versions[1])  # so production may get v2
     # An incident (node gpu-lost of prod-main lost) and a silence in effect, for the on-call page.
     install_default_rules(AlertRule, AlertRuleVersion)
     lost, _ = node_create(actor=sre, name="gpu-lost", pool=prod)
@@ -257,7 +258,9 @@ def test_production_publish_without_staging_is_refused_inline(world, users):
         reverse("dashboard:pool-publish", kwargs={"name": "prod-main"}), {"version": v3.ref, "reason": "go"}
     )
     assert response.status_code == 400
-    assert "has not been published to a non-production pool" in response.content.decode()
+    assert "chat v3 has not run on a non-production pool yet: it was never published to a non-production pool" in (
+        response.content.decode()
+    )
     assert Pool.objects.get(name="prod-main").desired_version is None
 
 

@@ -69,15 +69,15 @@ def test_a_bad_upload_is_a_400_listing_rows_and_fields_and_stores_nothing(api_fo
     assert not AuditEntry.objects.filter(action="intent_dataset.create").exists()
 
 
-def test_a_json_body_over_the_request_limit_is_a_400_pointing_to_multipart(api_for, settings):
+def test_a_json_body_over_the_request_limit_is_a_413_pointing_to_multipart(api_for, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
     content = as_csv(easy_rows()).decode()
     response = api_for("agent").post(
         reverse("api:intent-dataset-list"), {"name": "big", "format": "csv", "content": content}, format="json"
     )
-    assert response.status_code == 400
+    assert response.status_code == 413
     assert response.json()["error"] == (
-        "content: a JSON body is limited to 10000 bytes; send a larger dataset as a multipart file"
+        "request body: larger than the limit of 10000 bytes; send a larger dataset as a multipart `file`"
     )
     upload = SimpleUploadedFile("big.csv", content.encode())
     multipart = api_for("agent").post(reverse("api:intent-dataset-list"), {"name": "big", "file": upload})

@@ -286,3 +286,49 @@ def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
         return settled
 
     assert asyncio.run(scenario()) == ["cancelled"]
+
+
+def test_a_command_arriving_during_a_config_apply_says_so_and_a_cleanup_gives_its_lease_back(tmp_path):
+    """A cold apply holds the agent's apply lock for minutes (restart, warmup): a command sent meanwhile used to wait
+    in silence, and a cleanup kept its pool's lease all that time."""
+    from engine_node.agent import Agent
+
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n1", backend="simulator", model="base-model",
+        served_model_name="chat", state_dir=tmp_path,
+    )  # fmt: skip
+
+    async def scenario():
+        agent = Agent(settings)
+        sent: list[dict] = []
+
+        async def record(message: dict) -> None:
+            sent.append(message)
+
+        agent._send = record
+        agent.status = "warming"
+        async with agent._apply_lock:
+            await agent.command(7, "cleanup")
+            drain = asyncio.create_task(agent.command(8, "drain"))
+            await asyncio.sleep(0.05)
+            assert not drain.done()  # it waits for the apply, and has said so
+            drain.cancel()
+        return sent
+
+    sent = asyncio.run(scenario())
+    assert sent == [
+        {
+            "type": "command_progress",
+            "id": 7,
+            "state": "failed",
+            "progress": "",
+            "result": "not started: the node is warming up a new config; ask again when it is online",
+        },
+        {
+            "type": "command_progress",
+            "id": 8,
+            "state": "pending",
+            "progress": "waiting: the node is warming up a new config",
+            "result": "",
+        },
+    ]

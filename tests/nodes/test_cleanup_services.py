@@ -2,6 +2,7 @@
 node's own request; the lease passes on when a cleanup ends, expires or its node is lost; figures and API."""
 
 import json
+import re
 import threading
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from controlplane.audit.models import AuditEntry
 from controlplane.lib.errors import Conflict
 from controlplane.nodes.models import EngineNode, NodeCommand
-from controlplane.nodes.selectors import cleanup_figures
+from controlplane.nodes.selectors import cleanup_figures, command_summary
 from controlplane.nodes.services import agent_sessions, cleanup
 from controlplane.nodes.services.engine_nodes import node_command_request, node_create
 from tests.factories import pools
@@ -212,3 +213,69 @@ def test_api_commands_carry_the_figures_and_automatic_requester(api_for, sre, st
         reverse("api:pool-cleanup", kwargs={"name": "prod-main"}), {"reason": "weekly"}, format="json"
     )
     assert refused.status_code == 409 and "no connected node" in refused.json()["error"]
+
+
+def waiting(command: NodeCommand) -> str:
+    command = NodeCommand.objects.select_related("node__pool").get(pk=command.pk)
+    return command_summary(command=command)["waiting_for"]
+
+
+def test_a_waiting_cleanup_says_which_node_holds_the_lease_and_until_when(sre, staging):
+    _, (gpu1, gpu2, gpu3) = staging
+    first = node_command_request(actor=sre, node=gpu1, op="cleanup", reason="one")
+    second = node_command_request(actor=sre, node=gpu2, op="cleanup", reason="two")
+    third = node_command_request(actor=sre, node=gpu3, op="cleanup", reason="three")
+    assert re.fullmatch(r"sent at \d\d:\d\d:\d\d UTC; waiting for gpu-1 to start it", waiting(first)), waiting(first)
+    agent_sessions.node_command_progress(node_id=gpu1.pk, command_id=first.pk, state="running", progress="draining")
+    assert waiting(first) == ""  # it runs: its progress says what it does
+    assert re.fullmatch(
+        r"waiting for the pool's cleanup lease, held by gpu-1 since \d\d:\d\d:\d\d UTC: draining; it ends when that "
+        r"cleanup does, by \d\d:\d\d:\d\d UTC at the latest",
+        waiting(second),
+    ), waiting(second)
+    assert waiting(third).endswith("; 1 earlier cleanup(s) of the pool go first (next: gpu-2)")
+    first.refresh_from_db()
+    bound = first.sent_at + timedelta(seconds=60 + cleanup.LEASE_GRACE_S)  # the template default max_duration_s
+    assert f"by {bound:%H:%M:%S} UTC at the latest" in waiting(second)
+
+
+def test_a_waiting_cleanup_of_an_offline_node_says_it_waits_for_it_to_reconnect(sre, staging):
+    _, (gpu1, gpu2, _) = staging
+    node_command_request(actor=sre, node=gpu1, op="cleanup", reason="one")
+    second = node_command_request(actor=sre, node=gpu2, op="cleanup", reason="two")
+    EngineNode.objects.filter(pk=gpu2.pk).update(is_connected=False)
+    assert waiting(second).startswith("waiting for gpu-2 to reconnect (offline)")
+
+
+def test_a_sent_command_says_what_the_node_is_busy_with(sre, staging):
+    _, (gpu1, _, _) = staging
+    restart = node_command_request(actor=sre, node=gpu1, op="restart", reason="wedged")
+    agent_sessions.node_command_progress(
+        node_id=gpu1.pk, command_id=restart.pk, state="pending", progress="waiting: the node is warming up a new config"
+    )
+    assert waiting(restart).endswith("waiting for gpu-1 to start it (waiting: the node is warming up a new config)")
+    EngineNode.objects.filter(pk=gpu1.pk).update(is_connected=False)
+    assert waiting(restart).endswith("waiting for gpu-1 to start it (the node is offline)")
+
+
+def test_the_periodic_pass_expires_a_silent_lease_without_any_other_event(sre, staging):
+    """A cleanup whose end never arrived held its pool's lease until some other cleanup event came along."""
+    _, (gpu1, gpu2, _) = staging
+    first = node_command_request(actor=sre, node=gpu1, op="cleanup", reason="one")
+    second = node_command_request(actor=sre, node=gpu2, op="cleanup", reason="two")
+    assert cleanup.cleanups_dispatch_due() == 0 and not sent(second)
+    NodeCommand.objects.filter(pk=first.pk).update(sent_at=timezone.now() - timedelta(seconds=91))
+    assert cleanup.cleanups_dispatch_due() == 1
+    assert sent(second)
+    first.refresh_from_db()
+    assert first.state == "failed" and "lease expired" in first.result
+    assert waiting(second).startswith("sent at ")
+
+
+def test_api_commands_say_what_they_wait_for(api_for, sre, staging):
+    _, (gpu1, gpu2, _) = staging
+    node_command_request(actor=sre, node=gpu1, op="cleanup", reason="one")
+    node_command_request(actor=sre, node=gpu2, op="cleanup", reason="two")
+    [body] = api_for("sre").get("/api/v1/nodes/gpu-2/commands/").json()["results"]
+    assert body["state"] == "pending"
+    assert body["waiting_for"].startswith("waiting for the pool's cleanup lease, held by gpu-1 since ")

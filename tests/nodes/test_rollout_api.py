@@ -102,15 +102,20 @@ def test_canary_settings_read_and_partial_update(sre, api_for):
     pools(sre)
     client = api_for("sre")
     body = client.get(CANARY).json()
-    assert set(body) == {"canary_stages", "analysis_window_s"}
+    assert set(body) == {"canary_stages", "analysis_window_s", "soak_s"}
+    assert body["soak_s"] == 300
     response = client.patch(CANARY, {"analysis_window_s": 45, "reason": "longer window"}, format="json")
     assert response.status_code == 200, response.content
-    assert response.json() == {"canary_stages": body["canary_stages"], "analysis_window_s": 45}
+    assert response.json() == {"canary_stages": body["canary_stages"], "analysis_window_s": 45, "soak_s": 300}
     stages = [{"nodes": 1}, {"percent": 25}, {"percent": 100}]
     response = client.patch(CANARY, {"canary_stages": stages, "reason": "three stages"}, format="json")
-    assert response.json() == {"canary_stages": stages, "analysis_window_s": 45}
+    assert response.json() == {"canary_stages": stages, "analysis_window_s": 45, "soak_s": 300}
     entry = AuditEntry.objects.filter(action="pool.canary_update").order_by("-id").first()
     assert (entry.actor_name, entry.reason, entry.after["canary_stages"]) == ("sre", "three stages", stages)
+    response = client.patch(CANARY, {"soak_s": 600, "reason": "ten minutes on staging"}, format="json")
+    assert response.json()["soak_s"] == 600
+    entry = AuditEntry.objects.filter(action="pool.canary_update").order_by("-id").first()
+    assert (entry.before["soak_s"], entry.after["soak_s"]) == (300, 600)
 
 
 @pytest.mark.parametrize(
@@ -119,6 +124,8 @@ def test_canary_settings_read_and_partial_update(sre, api_for):
         ({"canary_stages": [{"nodes": 1}], "reason": "x"}, "canary_stages"),
         ({"canary_stages": [{"percent": 50}, {"percent": 20}, {"percent": 100}], "reason": "x"}, "canary_stages"),
         ({"analysis_window_s": 0, "reason": "x"}, "analysis_window_s"),
+        ({"soak_s": 0, "reason": "x"}, "soak_s"),
+        ({"soak_s": 86401, "reason": "x"}, "soak_s"),
         ({"analysis_window_s": 30}, "reason"),
     ],
 )

@@ -9,9 +9,10 @@ from controlplane.lib.errors import Conflict, Forbidden, InvalidField
 from controlplane.nodes import selectors
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
 from controlplane.nodes.models import Pool, PoolRelease
+from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish, pool_rollback
 from controlplane.params.services.templates import template_version_create
-from tests.factories import pools, template_with_versions
+from tests.factories import pools, ran_healthy, template_with_versions
 from tests.helpers import state_snapshot
 
 pytestmark = pytest.mark.django_db
@@ -89,12 +90,18 @@ def test_production_gate_refuses_a_version_that_never_ran_outside_production(sre
         pool_publish(actor=sre, pool=prod, version=versions[0], reason="straight to prod")
     assert caught.value.code == "production_gate"
     assert caught.value.status_code == 409
+    assert caught.value.message == (
+        "version: chat v1 has not run on a non-production pool yet: it was never published to a non-production "
+        "pool; publish it to staging first; or an SRE gives override_reason"
+    )
     assert state_snapshot() == before
 
 
-def test_production_gate_opens_after_a_non_production_release(sre, versions, staging_prod):
+def test_production_gate_opens_after_a_node_ran_the_version_on_staging(sre, versions, staging_prod):
     staging, prod = staging_prod
     pool_publish(actor=sre, pool=staging, version=versions[0], reason="stage it")
+    node, _ = node_create(actor=sre, name="gpu-1", pool=staging)
+    ran_healthy(node, versions[0])
     release = pool_publish(actor=sre, pool=prod, version=versions[0], reason="promote", override_reason="not needed")
     assert desired(prod) == versions[0]
     # The gate was open, so nothing was overridden and the timeline must not claim otherwise.

@@ -18,12 +18,14 @@ from controlplane.lib.errors import DomainError
 @page()
 def oncall(request):
     now = timezone.now()
+    evaluator = selectors.evaluator_health(now=now)
     return render(
         request,
         "alerts/oncall.html",
         {
+            "evaluator": evaluator,
             "incidents": [selectors.incident_summary(g) for g in selectors.open_incidents()],
-            "pending": [selectors.alert_summary(a) for a in selectors.pending_alerts()],
+            "pending": [selectors.alert_summary(a, evaluator=evaluator, now=now) for a in selectors.pending_alerts()],
             "resolved": [selectors.incident_summary(g) for g in selectors.recently_resolved_incidents(now=now)],
             "silences": selectors.active_silences(now=now),
             "durations": forms.SILENCE_DURATIONS,

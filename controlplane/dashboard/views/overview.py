@@ -1,4 +1,4 @@
-"""The landing page: every pool's desired version, recent releases and recent changes."""
+"""The landing page: every pool's desired version, recent releases and changes, and the background loops' health."""
 
 from django.shortcuts import render
 from django.utils import timezone
@@ -6,6 +6,7 @@ from django.utils import timezone
 from controlplane.audit.models import AuditEntry
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import fleet_charts
+from controlplane.dashboard.views.health import loop_rows
 from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.nodes.selectors import fleet_status_counts
 from controlplane.params.models import ParameterTemplate
@@ -23,5 +24,6 @@ def overview(request):
             "releases": PoolRelease.objects.select_related("pool", "version__template", "actor")[:10],
             "recent": AuditEntry.objects.all()[:10],
             "charts": fleet_charts(),
+            "loops": loop_rows(),
         },
     )

@@ -11,7 +11,8 @@ from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import pool_charts
 from controlplane.lib.errors import DomainError, InvalidField
 from controlplane.nodes import selectors
-from controlplane.nodes.models import Pool
+from controlplane.nodes.gate import version_gate, version_gates
+from controlplane.nodes.models import NodeCommand, Pool
 from controlplane.nodes.services import pools as services
 from controlplane.operations import degradation
 from controlplane.operations import selectors as operations
@@ -42,7 +43,10 @@ def pool_detail(request, name):
 
 def _render_pool(request, name, publish_form=None, status=200):
     pool = get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
-    versions = TemplateVersion.objects.select_related("template").order_by("template__name", "-number")
+    versions = list(TemplateVersion.objects.select_related("template").order_by("template__name", "-number"))
+    now = timezone.now()
+    # Production: each version with the gate's verdict, so the form says which ones may go without an override.
+    gates = version_gates(versions=versions, now=now) if pool.is_production else {}
     return render(
         request,
         "nodes/pool_detail.html",
@@ -51,11 +55,21 @@ def _render_pool(request, name, publish_form=None, status=200):
             "timeline": selectors.pool_timeline(pool=pool),
             "history": operations.pool_history(pool=pool),
             "degradation": operations.pool_degradation(pool=pool),
-            "versions": versions,
-            "reached_non_production": selectors.version_ids_on_non_production(),
+            "versions": [(v, gates.get(v.pk)) for v in versions],
+            # Non-production: how far its desired version is from counting as run, for production's gate.
+            "gate": version_gate(version=pool.desired_version, now=now)
+            if pool.desired_version and not pool.is_production
+            else None,
+            "version_runs": pool.version_runs.select_related("version__template")[:10],
+            "cleanups": [
+                selectors.command_summary(command=c)
+                for c in NodeCommand.objects.filter(
+                    node__pool=pool, op=NodeCommand.Op.CLEANUP, finished_at__isnull=True
+                ).select_related("node__pool", "requested_by")
+            ],
             "rollback_targets": selectors.pool_rollback_targets(pool=pool),
             "previous": selectors.pool_previous_version(pool=pool),
-            "rollout": selectors.pool_rollout(pool=pool, now=timezone.now()),
+            "rollout": selectors.pool_rollout(pool=pool, now=now),
             "canary": _canary(pool),
             "canary_stages_text": stages_text(pool.canary_stages),
             "publish_form": publish_form or forms.PublishForm(),
@@ -183,7 +197,8 @@ def pool_rollout_action(request, name):
 @require_POST
 @page(write_action=Action.POOL_WRITE)
 def pool_canary(request, name):
-    """Change the pool's canary stages (`1, 25%, 100%`) and analysis window for its next publishes."""
+    """Change the pool's canary stages (`1, 25%, 100%`) and analysis window for its next publishes, and (a
+    non-production pool) how long a version must run healthy on one of its nodes before production may get it."""
     from controlplane.nodes.services import rollouts
 
     pool = get_object_or_404(Pool, name=name)
@@ -193,6 +208,7 @@ def pool_canary(request, name):
             pool=pool,
             canary_stages=stages_parse(request.POST.get("stages", "")),
             analysis_window_s=_whole_number("analysis_window_s", request.POST.get("analysis_window_s", "")),
+            soak_s=_whole_number("soak_s", request.POST["soak_s"]) if "soak_s" in request.POST else None,
             reason=request.POST.get("reason", ""),
         )
     except DomainError as exc:

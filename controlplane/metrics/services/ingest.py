@@ -14,8 +14,10 @@ quiet spell at once, so a lone node's figures do not wait out the interval) the 
    per second of the control plane's clock (a flush in the same second replaces the row: an upsert).
 
 Events go out before the rows are written, and a single writer task stores the queue in the background, so neither a
-slow database nor a slow browser delays the next flush. Aggregates assume one ASGI process terminates the agents'
-connections (as `make run` starts); with several, each would aggregate only its own agents.
+slow database nor a slow browser delays the next flush. A write that fails (a database locked past its busy timeout)
+puts its rows back at the head of the queue and the writer tries again after a pause, recorded in the loops' health
+record; only a queue past `MAX_QUEUED_ROWS` loses rows, and counts them. Aggregates assume one ASGI process
+terminates the agents' connections (as `make run` starts); with several, each would aggregate only its own agents.
 """
 
 import asyncio
@@ -27,6 +29,7 @@ from datetime import UTC, datetime
 
 from channels.db import DatabaseSyncToAsync
 
+from controlplane.lib import loop_health
 from controlplane.metrics import realtime
 from controlplane.metrics.aggregation import aggregate
 from controlplane.metrics.models import MetricSample
@@ -41,6 +44,11 @@ LATEST_MAX_AGE_S = 3.0
 # Rows waiting for a database that does not keep up: beyond this the oldest are dropped (and counted).
 MAX_QUEUED_ROWS = 100_000
 DROP_LOG_INTERVAL_S = 60.0
+# After a failed write the writer waits this long, doubled per failure in a row, up to MAX_WRITE_BACKOFF_S.
+WRITE_BACKOFF_S = 0.5
+MAX_WRITE_BACKOFF_S = 30.0
+FLUSH_LOOP = "metrics-ingest"
+WRITE_LOOP = "metrics-store"
 
 # Process-wide counters (the ingestors of all event loops), for the control plane's own /metrics.
 counters: Counter = Counter()
@@ -69,6 +77,9 @@ class SampleIngestor:
         self._flusher: asyncio.Task | None = None
         self._writer: asyncio.Task | None = None
         self._last_flush_at = -flush_interval_s
+        self._write_failures = 0
+        loop_health.loop_register(FLUSH_LOOP, description="agents' 1 Hz samples: aggregates and live charts")
+        loop_health.loop_register(WRITE_LOOP, description="agents' samples and aggregates written in batches")
 
     def record(self, *, node: str, pool: str, message) -> bool:
         """Check and queue one sample; a bad one is counted, logged and dropped. Never raises, never waits."""
@@ -96,8 +107,10 @@ class SampleIngestor:
             self._last_flush_at = time.monotonic()
             try:
                 await self.flush()
-            except Exception:
-                log.exception("metrics flush failed")
+            except Exception as exc:
+                loop_health.loop_failed(FLUSH_LOOP, exc, context="aggregating and broadcasting samples")
+            else:
+                loop_health.loop_succeeded(FLUSH_LOOP)
 
     async def flush(self) -> None:
         received, self._received = self._received, []
@@ -165,10 +178,24 @@ class SampleIngestor:
                 await DatabaseSyncToAsync(metric_samples_store, thread_sensitive=False)(
                     node_rows=node_rows, aggregate_rows=aggregate_rows
                 )
-            except Exception:
-                counters["rows_dropped"] += len(node_rows) + len(aggregate_rows)
-                log.exception("metrics: storing %d rows failed; they are lost", len(node_rows) + len(aggregate_rows))
-                await asyncio.sleep(1)
+            except Exception as exc:
+                self._write_failures += 1
+                context = f"storing {len(node_rows)} samples and {len(aggregate_rows)} aggregates"
+                loop_health.loop_failed(WRITE_LOOP, exc, context=context)
+                self._requeue(node_rows, aggregate_rows)
+                await asyncio.sleep(min(WRITE_BACKOFF_S * 2 ** (self._write_failures - 1), MAX_WRITE_BACKOFF_S))
+            else:
+                self._write_failures = 0
+                loop_health.loop_succeeded(WRITE_LOOP)
+
+    def _requeue(self, node_rows: list[MetricSample], aggregate_rows: list[MetricSample]) -> None:
+        """Rows of a failed write go back before those queued since; a newer aggregate of the same second wins."""
+        for row in (*node_rows, *aggregate_rows):
+            row.pk, row._state.adding, row._state.db = None, True, None
+        self._node_rows[:0] = node_rows
+        failed = {(row.scope, row.name, row.t): row for row in aggregate_rows}
+        self._aggregate_rows = {**failed, **self._aggregate_rows}
+        self._trim_queue()
 
 
 def metric_samples_store(*, node_rows: list[MetricSample], aggregate_rows: list[MetricSample]) -> None:

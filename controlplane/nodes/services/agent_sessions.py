@@ -7,13 +7,13 @@ change a browser should see is broadcast as `node.updated`.
 from urllib.parse import urlsplit
 
 from django.db import transaction
-from django.db.models import Case, CharField, F, TextField, Value, When
+from django.db.models import Case, CharField, DateTimeField, F, TextField, Value, When
 from django.utils import timezone
 
 from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.selectors import node_desired_version, node_summary
-from controlplane.nodes.services import cleanup, rollouts
+from controlplane.nodes.services import cleanup, rollouts, version_runs
 from controlplane.params.models import TemplateVersion
 
 LOG_TAIL_LINES = 50
@@ -84,17 +84,26 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
         _broadcast(node)
 
 
-def node_warmup_progress(*, node_id: int, progress: dict) -> None:
-    """A warmup run's progress (`{state, done, total, p50, p99, concurrency, ...}`), live on the node pages."""
+def nodes_warmup_progress(*, reports: dict[int, list[dict]]) -> None:
+    """Warmup runs' progress (`{state, done, total, p50, p99, concurrency, ...}`) of many nodes, each node's reports
+    in the order sent, in one transaction; live on the node pages."""
     now = timezone.now()
     with transaction.atomic():
-        node = _locked(node_id)
-        _record_warmup(node, progress, now)
-        node.last_seen_at = now
-        node.save(
-            update_fields=["warmup_state", "warmup_progress", "warmup_finished_at", "warmup_failed_at", "last_seen_at"]
-        )
-    _broadcast(node)
+        nodes = EngineNode.objects.select_for_update().in_bulk(list(reports))
+        for node_id, node_reports in reports.items():
+            node = nodes.get(node_id)
+            if node is None:
+                continue  # deleted meanwhile
+            for progress in node_reports:
+                _record_warmup(node, progress, now)
+            node.last_seen_at = now
+            node.save(
+                update_fields=[
+                    "warmup_state", "warmup_progress", "warmup_finished_at", "warmup_failed_at", "last_seen_at",
+                ]
+            )  # fmt: skip
+    for node in nodes.values():
+        _broadcast(node)
 
 
 def _gateway_url(value) -> str:
@@ -153,15 +162,19 @@ def node_config_result(*, node_id: int, ok: bool, content_hash: str, version: di
         node = _locked(node_id)
         node.last_seen_at = now
         if ok:
+            if content_hash != node.applied_hash:
+                node.applied_at = now
             node.applied_hash = content_hash
             node.applied_version = _version_by_hash(content_hash, version)
-            node.applied_at = now
             if node.last_nack_hash == content_hash:
                 node.last_nack_hash, node.last_nack_error = "", ""
         else:
             node.last_nack_hash = content_hash
             node.last_nack_error = (error or "rejected without a reason")[:4000]
             node.last_nack_at = now
+            version_runs.version_run_nacked(
+                node=node, version=_version_by_hash(content_hash, version), error=node.last_nack_error, now=now
+            )
         node.save()
     _broadcast(node)
     if not ok:
@@ -176,7 +189,10 @@ def nodes_config_acked(*, node_ids: list[int], content_hash: str, version_id: in
     EngineNode.objects.filter(pk__in=node_ids).update(
         applied_hash=content_hash,
         applied_version_id=version_id,
-        applied_at=now,
+        # A repeated ACK of the config the node already runs (a push to the whole pool) keeps its start time.
+        applied_at=Case(
+            When(applied_hash=content_hash, then=F("applied_at")), default=Value(now), output_field=DateTimeField()
+        ),
         last_seen_at=now,
         last_nack_error=Case(clears_nack, default=F("last_nack_error"), output_field=TextField()),
         last_nack_hash=Case(clears_nack, default=F("last_nack_hash"), output_field=CharField()),

@@ -11,10 +11,12 @@ after that plus a grace period, or as soon as the node is lost.
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, required_text
+from controlplane.lib.when import clock
 from controlplane.nodes import realtime
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.params.schema import FIELDS_BY_PATH
@@ -71,6 +73,9 @@ def _dispatch_next(pool: Pool, now) -> NodeCommand | None:
         command.sent_at = now
         command.save(update_fields=["sent_at"])
         transaction.on_commit(lambda command=command: realtime.node_command(command))
+        # Browsers: this one is sent now, and the ones behind it wait for another node.
+        for changed in _cleanups(pool).filter(Q(pk=command.pk) | Q(sent_at__isnull=True)):
+            transaction.on_commit(lambda changed=changed: realtime.node_command_changed(changed))
         return command
     return None
 
@@ -169,3 +174,67 @@ def cleanup_dispatch_next(*, pool_id: int) -> NodeCommand | None:
     """After a cleanup ended (or its node went away): send the pool's next waiting cleanup, if any."""
     with transaction.atomic():
         return _dispatch_next(_locked_pool(pool_id), timezone.now())
+
+
+def cleanups_dispatch_due() -> int:
+    """The periodic pass: every pool with a cleanup under way or waiting has its lease checked (an overdue one
+    expires) and its next cleanup sent if the lease is free. Returns how many were sent."""
+    pool_ids = (
+        NodeCommand.objects.filter(op=NodeCommand.Op.CLEANUP, finished_at__isnull=True)
+        .values_list("node__pool_id", flat=True)
+        .distinct()
+    )
+    return sum(cleanup_dispatch_next(pool_id=pool_id) is not None for pool_id in sorted(set(pool_ids)))
+
+
+def cleanup_waiting_for(*, command: NodeCommand, now) -> str:
+    """What a cleanup that has not started yet waits for, in words; empty once the node carries it out."""
+    node = command.node
+    if command.state != NodeCommand.State.PENDING or command.finished_at is not None:
+        return ""
+    if command.sent_at is not None:
+        return sent_waiting_for(command=command, now=now)
+    if node.is_lost(now):
+        return (
+            f"waiting for {node.name} to reconnect (offline); it is dropped if the node is still offline "
+            "when its turn comes"
+        )
+    pool = node.pool
+    holder = (
+        _cleanups(pool)
+        .filter(sent_at__isnull=False)
+        .exclude(pk=command.pk)
+        .select_related("node__applied_version", "node__pool__desired_version")
+        .order_by("sent_at")
+        .first()
+    )
+    ahead = list(
+        _cleanups(pool)
+        .filter(sent_at__isnull=True)
+        .filter(Q(requested_at__lt=command.requested_at) | Q(requested_at=command.requested_at, pk__lt=command.pk))
+        .order_by("requested_at", "id")
+    )
+    queue = f"; {len(ahead)} earlier cleanup(s) of the pool go first (next: {ahead[0].node.name})" if ahead else ""
+    if holder is None:
+        return "waiting to be sent: the pool's cleanup lease is free; the next dispatch pass (every 5 s) sends it" + (
+            queue
+        )
+    bound = holder.sent_at + timedelta(seconds=_max_duration_s(holder.node) + LEASE_GRACE_S)
+    doing = f": {holder.progress}" if holder.progress else f" ({holder.state})"
+    return (
+        f"waiting for the pool's cleanup lease, held by {holder.node.name} since {clock(holder.sent_at)}{doing}; "
+        f"it ends when that cleanup does, by {clock(bound)} at the latest" + queue
+    )
+
+
+def sent_waiting_for(*, command: NodeCommand, now) -> str:
+    """A command sent to its node that the node has not reported starting."""
+    node = command.node
+    text = f"sent at {clock(command.sent_at)}; waiting for {node.name} to start it"
+    if node.is_lost(now):
+        return text + " (the node is offline)"
+    if command.progress:
+        return text + f" ({command.progress})"
+    if node.reported_status not in {EngineNode.Status.ONLINE, EngineNode.Status.STARTING}:
+        return text + f" (the node is {node.reported_status})"
+    return text

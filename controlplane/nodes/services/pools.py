@@ -1,15 +1,17 @@
 """Every write to pools: creation, publishing a version, rolling back."""
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, required_text
 from controlplane.nodes import realtime
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
+from controlplane.nodes.gate import GateVerdict, version_gate
 from controlplane.nodes.models import Pool, PoolRelease, Rollout
-from controlplane.nodes.selectors import pool_previous_version, pool_rollback_targets, version_reached_non_production
-from controlplane.nodes.services import rollouts
+from controlplane.nodes.selectors import pool_previous_version, pool_rollback_targets
+from controlplane.nodes.services import rollouts, version_runs
 from controlplane.nodes.services.releases import release_record
 from controlplane.params.models import TemplateVersion
 
@@ -32,7 +34,8 @@ def pool_create(*, actor, name: str, is_production: bool, description: str = "")
 
 @mutating_service
 def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, override_reason: str = "") -> PoolRelease:
-    """Make `version` the pool's desired version; production needs a prior non-production release or an override."""
+    """Make `version` the pool's desired version; production needs the version to have run healthy on a
+    non-production pool (nodes/gate.py) or an SRE's override."""
     reason = required_text("reason", reason)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
@@ -45,11 +48,15 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
                 "promote it to the end, abort it or roll back first"
             )
         override_reason = override_reason.strip()
-        if locked.is_production and not version_reached_non_production(version=version):
+        gate = _production_gate(version) if locked.is_production else None
+        if gate is not None and not gate.has_run:
             if not override_reason:
                 raise ProductionGateClosed(
-                    f"version: {version} has not been published to a non-production pool; "
-                    "publish it to staging first, or give override_reason",
+                    f"version: {version} {gate.refusal}; or an SRE gives override_reason",
+                    detail=[
+                        {"path": "version", "message": gate.summary},
+                        {"path": "override_reason", "message": "give one to publish anyway (SRE)"},
+                    ],
                 )
             if not actor.can(Action.PRODUCTION_OVERRIDE):
                 raise Forbidden("override_reason: only an SRE may skip the non-production stage")
@@ -58,6 +65,9 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
             override_reason = ""
         # A canary when the pool has something to compare against: an earlier version and nodes left to run it.
         first_stage = rollouts.rollout_first_stage(pool=locked)
+        audit_after = {"canary": [node.name for node in first_stage]} if first_stage else {}
+        if override_reason:
+            audit_after["production_gate"] = gate.summary  # what the override skipped
         release = release_record(
             pool=locked,
             actor=actor,
@@ -65,7 +75,7 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
             version=version,
             reason=reason,
             override_reason=override_reason,
-            audit_after={"canary": [node.name for node in first_stage]} if first_stage else None,
+            audit_after=audit_after or None,
         )
         if first_stage:
             rollout = rollouts.rollout_begin(release=release, first_stage=first_stage, actor=actor)
@@ -75,6 +85,13 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
         else:
             transaction.on_commit(lambda: realtime.pool_released(release))
     return release
+
+
+def _production_gate(version: TemplateVersion) -> GateVerdict:
+    """The gate's verdict on fresh evidence: the version's runs are checked now, not at the watch's last pass."""
+    now = timezone.now()
+    version_runs.version_runs_watch(now=now, version=version)
+    return version_gate(version=version, now=now)
 
 
 @mutating_service

@@ -35,6 +35,8 @@ MIN_SAMPLE_SHARE = 0.25
 STALE_WINDOWS_TO_FAIL = 2
 MAX_STAGES = 10
 MAX_WINDOW_S = 3600
+# A non-production soak longer than a day would hold every production publish back for days.
+MAX_SOAK_S = 86400
 
 
 # --- pool settings --------------------------------------------------------------------------------------
@@ -66,22 +68,36 @@ def canary_stages_check(stages) -> list[dict]:
 
 
 @mutating_service
-def pool_canary_update(*, actor, pool: Pool, canary_stages, analysis_window_s, reason: str) -> Pool:
-    """Change how the pool's next publishes roll out: the stages and the analysis window."""
+def pool_canary_update(
+    *, actor, pool: Pool, canary_stages, analysis_window_s, reason: str, soak_s: int | None = None
+) -> Pool:
+    """Change how the pool's next publishes roll out: the stages and the analysis window; and, `soak_s`, how long
+    one of its nodes must run a version healthy before the version may go to production (None: unchanged)."""
     reason = required_text("reason", reason)
     stages = canary_stages_check(canary_stages)
-    if isinstance(analysis_window_s, bool) or not isinstance(analysis_window_s, int):
-        raise InvalidField("analysis_window_s", "must be a whole number of seconds")
-    if not 1 <= analysis_window_s <= MAX_WINDOW_S:
-        raise InvalidField("analysis_window_s", f"must be between 1 and {MAX_WINDOW_S} seconds")
+    _check_seconds("analysis_window_s", analysis_window_s, MAX_WINDOW_S)
+    if soak_s is not None:
+        _check_seconds("soak_s", soak_s, MAX_SOAK_S)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)
-        before = {"canary_stages": locked.canary_stages, "analysis_window_s": locked.analysis_window_s}
-        locked.canary_stages, locked.analysis_window_s = stages, analysis_window_s
-        locked.save(update_fields=["canary_stages", "analysis_window_s"])
-        after = {"canary_stages": stages, "analysis_window_s": analysis_window_s}
+        soak_s = locked.soak_s if soak_s is None else soak_s
+        before = {
+            "canary_stages": locked.canary_stages,
+            "analysis_window_s": locked.analysis_window_s,
+            "soak_s": locked.soak_s,
+        }
+        locked.canary_stages, locked.analysis_window_s, locked.soak_s = stages, analysis_window_s, soak_s
+        locked.save(update_fields=["canary_stages", "analysis_window_s", "soak_s"])
+        after = {"canary_stages": stages, "analysis_window_s": analysis_window_s, "soak_s": soak_s}
         audit_record(actor=actor, action="pool.canary_update", target=locked, before=before, after=after, reason=reason)
     return locked
+
+
+def _check_seconds(field: str, value, most: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidField(field, "must be a whole number of seconds")
+    if not 1 <= value <= most:
+        raise InvalidField(field, f"must be between 1 and {most} seconds")
 
 
 # --- starting -------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from engine_node.policy.rules import Policy, ends_mid_sentence
 PATTERNS = [
     r"[¥￥$]\s?\d+(?:[.,]\d{1,2})?|\d+(?:\.\d{1,2})?\s?(?:元|块|RMB|CNY|USD)",
     r"(?i)(?:订单号?|order\s*(?:no\.?|number|id|#))\s*[:：#]?\s*[A-Za-z0-9-]{6,}",
-    r"(?<!\d)1[3-9]\d{9}(?!\d)",
-    r"(?<!\d)\d{17}[\dXx](?!\d)",
+    r"(?:^|\D)(?P<hit>1[3-9]\d{9})(?:\D|$)",
+    r"(?:^|\D)(?P<hit>\d{17}[\dXx])(?:\D|$)",
 ]
 PARAMS = {
     "max_tokens": {"default": 256, "whitelist": ["legal"], "hard_ceiling": 2048, "continuation_max_rounds": 2},

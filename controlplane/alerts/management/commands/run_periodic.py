@@ -3,6 +3,10 @@
 Without Redis the channel layer lives in one process's memory, so events sent by periodic work (alerts firing,
 metric aggregates) reach browsers only from inside the server's process: `--serve HOST:PORT` starts daphne
 here, with the schedule in threads beside it. That is how `scripts/run.sh` starts embedded mode.
+
+An entry's thread never dies of its task: a failure (a locked or unreachable database, a bug) is recorded in the
+loop's health record (`controlplane/lib/loop_health.py`: logged once, shown on the overview and `/healthz`) and the
+entry runs again after a backoff. A run that succeeds logs nothing; the task logs what a person should read.
 """
 
 import logging
@@ -16,10 +20,15 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
 from controlplane.celery import app
+from controlplane.lib import loop_health
 
 log = logging.getLogger("controlplane.periodic")
 # How long a stop waits for the periodic runs in progress (an alert pass takes well under a second).
 JOIN_TIMEOUT_S = 10.0
+
+# After a failure an entry waits its period doubled per failure in a row, up to this (or its period if longer):
+# a locked database gets room to drain instead of a retry every second, and a recovery shows within half a minute.
+MAX_BACKOFF_S = 30.0
 
 
 class Entry:
@@ -40,6 +49,7 @@ class Entry:
         if self.period_s is not None and self.period_s <= 0:
             raise CommandError(f"{name}: schedule must be positive, got {every!r}")
         self.last_run_at = None
+        self.failures = 0
 
     def task(self):
         try:
@@ -47,13 +57,33 @@ class Entry:
         except KeyError:
             raise CommandError(f"{self.name}: no task named {self.task_name!r}") from None
 
+    @property
+    def description(self) -> str:
+        return f"every {self.period_s:g} s" if self.period_s else str(self.schedule)
+
     def run(self) -> bool:
-        """Run the task once in this thread; True when it succeeded (a failure is logged, never raised)."""
-        result = self.task().apply(args=self.args, kwargs=self.kwargs)
-        if result.failed():
-            log.error("%s (%s) failed: %s", self.name, self.task_name, result.traceback or result.result)
+        """Run the task once in this thread; True when it succeeded (a failure is recorded and logged, never raised).
+
+        A plain call of the task, not `apply()`: eager Celery would log a line for every run (several a second) and a
+        traceback for every failure; the health record logs a failure once and its recovery.
+        """
+        loop_health.loop_running(self.name)
+        try:
+            self.task()(*self.args, **self.kwargs)
+        except Exception as exc:
+            loop_health.loop_failed(self.name, exc, context=f"periodic task {self.task_name}")
+            self.failures += 1
             return False
+        loop_health.loop_succeeded(self.name)
+        self.failures = 0
         return True
+
+    def backoff_s(self) -> float:
+        """Extra wait after failures in a row (0 after a success)."""
+        if not self.failures:
+            return 0.0
+        period = self.period_s or 1.0
+        return min(period * 2**self.failures, max(MAX_BACKOFF_S, period))
 
     def seconds_until_due(self, last_started: float) -> float:
         if self.schedule is None:
@@ -77,18 +107,36 @@ def entries_from_settings(only: list[str] | None = None) -> list[Entry]:
 
 
 def run_forever(entry: Entry, stop: threading.Event) -> None:
-    """Run at a fixed rate; a run longer than the period skips the ticks it overran instead of piling up."""
+    """Run at a fixed rate; a run longer than the period skips the ticks it overran instead of piling up.
+
+    Failures back off (`Entry.backoff_s`); the loop ends only when `stop` is set, and an end for any other reason
+    (an error outside the task) is recorded as the loop stopping, never a silent dead thread.
+    """
     from django.utils import timezone
 
+    loop_health.loop_register(entry.name, description=entry.description, period_s=entry.period_s)
     try:
         while not stop.is_set():
             started = time.monotonic()
             entry.last_run_at = timezone.now()
-            close_old_connections()
-            entry.run()
-            close_old_connections()
-            stop.wait(entry.seconds_until_due(started))
+            try:
+                close_old_connections()
+                entry.run()
+            finally:
+                # A connection a failed run left in a broken transaction must not poison the next run.
+                _close_connections()
+            stop.wait(max(entry.seconds_until_due(started), entry.backoff_s()))
+    except BaseException as exc:
+        loop_health.loop_stopped(entry.name, exc)
+        raise
     finally:
+        _close_connections()
+
+
+def _close_connections() -> None:
+    try:
+        close_old_connections()
+    except Exception:
         connections.close_all()
 
 
@@ -117,8 +165,9 @@ class Command(BaseCommand):
         ]
         for thread in threads:
             thread.start()
-        self.stdout.write(
-            "periodic: " + ", ".join(f"{e.name} every {e.period_s:g} s" if e.period_s else e.name for e in entries)
+        log.info(
+            "periodic (in this process; failures are logged once and shown on /healthz): %s",
+            ", ".join(f"{e.name} {e.description}" for e in entries),
         )
         try:
             if serve:

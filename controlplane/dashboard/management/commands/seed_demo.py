@@ -58,12 +58,22 @@ class Command(BaseCommand):
             ]:
                 if not Pool.objects.filter(name=name).exists():
                     pool_create(actor=admin, name=name, is_production=is_production, description=description)
-            # The seed's template runs on both pools, staging first, as the production gate requires.
+            # The seed's template runs on both pools. No node has run it on staging yet when the seed publishes it
+            # to production, so that publish is an override, on the record: the manual's baseline is what
+            # production ran before this control plane existed.
             version = TemplateVersion.objects.get(template__name="chat-default", number=1)
             for name in ("staging", "prod-main"):
                 pool = Pool.objects.get(name=name)
                 if pool.desired_version_id is None:
-                    pool_publish(actor=admin, pool=pool, version=version, reason="seed: baseline from the manual")
+                    pool_publish(
+                        actor=admin,
+                        pool=pool,
+                        version=version,
+                        reason="seed: baseline from the manual",
+                        override_reason="seed: the manual's baseline ran in production before this control plane"
+                        if pool.is_production
+                        else "",
+                    )
             if not IntentDataset.objects.filter(name="shop-intents").exists():
                 intent_dataset_create(
                     actor=admin,

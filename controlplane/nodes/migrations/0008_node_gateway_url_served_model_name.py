@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nodes', '0006_node_warmup'),
+        ('nodes', '0007_version_runs'),
     ]
 
     operations = [
