@@ -64,6 +64,7 @@ bench: install-dev
 	$(BIN)/python bench/alert_evaluation.py
 	$(BIN)/python bench/policy_hostile.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/simulator_profile.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts

@@ -37,7 +37,7 @@ from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.patterns import PatternRejected
 from engine_node.policy.rules import DEFAULT_STRICT_PATTERNS, Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
-from engine_node.settings import AgentSettings
+from engine_node.settings import AgentSettings, gateway_url
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
 from engine_node.tokenizer_files import TokenizerMismatch, check_draft_tokenizer
@@ -47,6 +47,11 @@ log = logging.getLogger("engine_node.agent")
 
 LOG_TAIL_PERIOD_S = 10.0
 SAMPLE_PERIOD_S = 1.0
+# On SIGTERM the gateway stops accepting and gives the requests it holds this long to finish (a reply at the report's
+# P99 of 1.4 s does), then cancels them and waits as long again at most (aiohttp's shut-down), then stops the engine:
+# under 10 s in all (aiohttp's default would allow 60 s twice). A planned stop of a busy node drains first (the drain
+# command); this only bounds an abrupt one.
+SHUTDOWN_GRACE_S = 3.0
 
 
 class Agent(PushedDocuments, NodeOperations):
@@ -55,6 +60,8 @@ class Agent(PushedDocuments, NodeOperations):
     def __init__(self, settings: AgentSettings):
         self.settings = settings
         self.status = "starting"
+        # The gateway's port: the flag's, or the one the OS picked for --port 0 once it listens.
+        self.port = settings.port
         self._background: set[asyncio.Task] = set()
         self.store = LastGoodStore(settings.state_dir)
         self.policy_store = PolicyStore(settings.state_dir)
@@ -110,6 +117,7 @@ class Agent(PushedDocuments, NodeOperations):
         self._runner: web.AppRunner | None = None
         self._apply_lock = asyncio.Lock()
         self._sent_log_tail: list[str] = []
+        self._sent_model_name = ""
         self._log_sent_at = float("-inf")
         # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
         self._held = False
@@ -153,7 +161,7 @@ class Agent(PushedDocuments, NodeOperations):
         await self.admission.drain(0)
         self.admission.refuse_while_closed(self._warming_refusal)
         self._set_status("warming")
-        self._runner = web.AppRunner(self.gateway.app(), access_log=None)
+        self._runner = web.AppRunner(self.gateway.app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await site.start()
@@ -208,11 +216,20 @@ class Agent(PushedDocuments, NodeOperations):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    @property
+    def gateway_url(self) -> str:
+        """Where clients send their OpenAI requests (plus /v1), as shown on the node's page."""
+        return gateway_url(self.settings, self.port)
+
     def hello(self) -> dict:
+        self._sent_model_name = self.engine.model_name
         return {
             "type": "hello",
             "node": self.settings.node_name,
             "hostname": socket.gethostname(),
+            "gateway_url": self.gateway_url,
+            # The `model` clients must send: the engine's served model name (a cold config can change it).
+            "served_model_name": self._sent_model_name,
             "backend": self.settings.backend,
             "engine_version": self.engine.version,
             "agent_version": __version__,
@@ -229,6 +246,8 @@ class Agent(PushedDocuments, NodeOperations):
 
     def heartbeat(self) -> dict:
         message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
+        if self.engine.model_name != self._sent_model_name:
+            message["served_model_name"] = self._sent_model_name = self.engine.model_name
         tail = list(self.engine.log_tail)[-20:]
         # The log moves with every request; shipping it at most every 10 s keeps heartbeats small.
         now = time.monotonic()
@@ -242,6 +261,7 @@ class Agent(PushedDocuments, NodeOperations):
             "status": self.status,
             "node": self.settings.node_name,
             "backend": self.settings.backend,
+            "served_model_name": self.engine.model_name,
             "applied": self.config.label if self.config else None,
             "in_flight": self.admission.in_flight,
             "engine_pid": self.engine.pid,

@@ -54,6 +54,17 @@ class ControlLink:
         self.connected = asyncio.Event()
 
     async def run(self) -> None:
+        """Connect, reconnect and hand over messages until cancelled; then cancel the handlers still running (a
+        config being applied, a warmup) so that the agent's shut-down does not race them."""
+        try:
+            await self._run()
+        finally:
+            for task in list(self._handlers):
+                task.cancel()
+            if self._handlers:
+                await asyncio.gather(*self._handlers, return_exceptions=True)
+
+    async def _run(self) -> None:
         attempt = 0
         async with aiohttp.ClientSession() as session:
             while True:

@@ -1,7 +1,8 @@
 """The engine as a supervised child process: vLLM's OpenAI server or the simulator, always on 127.0.0.1.
 
 vLLM's /health only reads an error flag (it stayed 200 while the engine was wedged), so readiness and
-liveness are real 1-token requests with a timeout. Shut-down is SIGTERM, then SIGKILL after a grace period.
+liveness are real 1-token requests with a timeout. Shut-down is SIGTERM, then SIGKILL after a grace period; an agent
+that dies without shutting down takes its engine with it (engine_node/lifetime.py).
 """
 
 import asyncio
@@ -19,6 +20,7 @@ import aiohttp
 
 from engine_node.engine_env import engine_environment
 from engine_node.fragmentation import WORKER_EXTENSION, WORKER_EXTENSION_DIR
+from engine_node.lifetime import tied_to_parent
 from engine_node.settings import AgentSettings
 
 log = logging.getLogger("engine_node.engine")
@@ -86,8 +88,10 @@ class EngineProcess:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(WORKER_EXTENSION_DIR), env.get("PYTHONPATH")]))
         self._expected_exit = False
         self.log_tail.append(f"[agent] starting {self.settings.backend}: {' '.join(self.command(args))}")
+        # Tied to the agent: if the agent dies, even by SIGKILL, the engine gets SIGTERM instead of living on alone
+        # in its own session (it has one so that a Ctrl-C meant for the agent does not reach it first).
         self._process = await asyncio.create_subprocess_exec(
-            *self.command(args),
+            *tied_to_parent(self.command(args)),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=env,

@@ -5,14 +5,19 @@
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import random
+import signal
 
 import aiohttp
 
 log = logging.getLogger("engine_node.loadgen")
+
+RETRIES = 2
+MAX_RETRY_WAIT_S = 10
 
 MESSAGES = [
     "我的订单 20261111-8842 到哪了？已经三天没动了",
@@ -33,7 +38,7 @@ MESSAGES = [
 async def run(urls: list[str], qps: float, model: str, duration_s: float | None, api_key: str = "") -> None:
     rng = random.Random(7)
     targets = itertools.cycle(urls)
-    stats = {"ok": 0, "failed": 0}
+    stats = {"ok": 0, "failed": 0, "retried": 0}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60), headers=headers) as session:
 
@@ -44,12 +49,23 @@ async def run(urls: list[str], qps: float, model: str, duration_s: float | None,
                 "max_tokens": rng.choice([64, 128, 256]),
                 "stream": rng.random() < 0.5,
             }
-            try:
-                async with session.post(f"{url}/v1/chat/completions", json=body) as response:
-                    await response.read()
-                    stats["ok" if response.status == 200 else "failed"] += 1
-            except (aiohttp.ClientError, TimeoutError):
-                stats["failed"] += 1
+            # As the official openai client does: a 429 or 503 with Retry-After (a full queue, a node warming up) is
+            # tried again after that many seconds, twice at most.
+            for attempt in range(RETRIES + 1):
+                try:
+                    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+                        await response.read()
+                        retry_after = response.headers.get("Retry-After", "")
+                        status = response.status
+                except (aiohttp.ClientError, TimeoutError):
+                    stats["failed"] += 1
+                    return
+                if status in (429, 503) and retry_after.isdigit() and attempt < RETRIES:
+                    stats["retried"] += 1
+                    await asyncio.sleep(min(int(retry_after), MAX_RETRY_WAIT_S))
+                    continue
+                stats["ok" if status == 200 else "failed"] += 1
+                return
 
         pending: set[asyncio.Task] = set()
         loop = asyncio.get_running_loop()
@@ -61,7 +77,7 @@ async def run(urls: list[str], qps: float, model: str, duration_s: float | None,
             pending.add(task)
             task.add_done_callback(pending.discard)
             if i % max(1, int(qps * 30)) == 0 and i:
-                log.info("synthetic traffic: %(ok)d ok, %(failed)d failed", stats)
+                log.info("synthetic traffic: %(ok)d ok, %(failed)d failed, %(retried)d retries", stats)
             await asyncio.sleep(rng.expovariate(qps))
         await asyncio.gather(*pending, return_exceptions=True)
 
@@ -79,7 +95,17 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s loadgen %(message)s")
-    asyncio.run(run(args.urls, args.qps, args.model, args.duration, args.api_key))
+    asyncio.run(_until_stopped(run(args.urls, args.qps, args.model, args.duration, args.api_key)))
+
+
+async def _until_stopped(work) -> None:
+    """Run `work` until it ends or SIGTERM/SIGINT arrives; a stop is quiet (no traceback) and immediate."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ class AgentSettings:
     simulator_profile: str = ""
     host: str = "127.0.0.1"
     port: int = 9000
+    advertise_url: str = ""
     engine_port: int = 0
     state_dir: Path = Path("var/engine-node")
     drain_timeout_s: float = 30.0
@@ -173,6 +174,13 @@ def parser() -> argparse.ArgumentParser:
         help="port of the gateway: OpenAI-compatible /v1, /metrics, /healthz [ENGINE_NODE_PORT]",
     )
     p.add_argument(
+        "--advertise-url",
+        default=_env("ENGINE_NODE_ADVERTISE_URL"),
+        help="base URL at which clients reach this gateway, e.g. https://gpu-1.example.com:9000, reported to the "
+        "control plane and shown on the node's page; default http://<host>:<port> (the host name when --host "
+        "listens on every interface) [ENGINE_NODE_ADVERTISE_URL]",
+    )
+    p.add_argument(
         "--engine-port",
         type=int,
         default=int(_env("ENGINE_NODE_ENGINE_PORT", "0")),
@@ -265,6 +273,35 @@ def _is_loopback(host: str) -> bool:
     return address.is_loopback or address.is_unspecified
 
 
+def valid_advertise_url(url: str) -> bool:
+    """An absolute http(s) URL with a host, no credentials, query or fragment: what a client's base URL looks like."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and not (parts.username or parts.password or parts.query or parts.fragment)
+        and url.isprintable()
+        and " " not in url
+        and len(url) <= 500
+    )
+
+
+def gateway_url(settings: AgentSettings, port: int) -> str:
+    """The base URL clients reach the gateway at: --advertise-url, else the listening address."""
+    if settings.advertise_url:
+        return settings.advertise_url
+    host = settings.host
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - a comparison: a wildcard listener advertises the host name
+        host = socket.getfqdn()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def from_args(argv: list[str] | None = None) -> AgentSettings:
     args = parser().parse_args(argv)
     if args.backend == "vllm" and not args.model:
@@ -286,6 +323,11 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
     for name in args.engine_env or []:
         if name.startswith("ENGINE_NODE_"):
             parser().error(f"--engine-env: {name} is the agent's own setting; it never reaches the engine")
+    if args.advertise_url and not valid_advertise_url(args.advertise_url):
+        parser().error(
+            f"--advertise-url (or ENGINE_NODE_ADVERTISE_URL): expected http(s)://host[:port][/path], "
+            f"got {args.advertise_url!r}"
+        )
     return AgentSettings(
         control_plane_url=args.control_plane_url,
         token=args.token,
@@ -298,6 +340,7 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         simulator_profile=args.simulator_profile,
         host=args.host,
         port=args.port,
+        advertise_url=args.advertise_url.rstrip("/"),
         engine_port=args.engine_port,
         state_dir=Path(args.state_dir),
         drain_timeout_s=args.drain_timeout,

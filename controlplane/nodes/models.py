@@ -169,6 +169,9 @@ class EngineNode(models.Model):
     engine_version = models.CharField(max_length=64, blank=True)
     agent_version = models.CharField(max_length=32, blank=True)
     gpus = models.JSONField(default=list, blank=True)
+    # Where clients reach the node's OpenAI gateway and the model name they must send, as the agent reports them.
+    gateway_url = models.CharField(max_length=500, blank=True)
+    served_model_name = models.CharField(max_length=255, blank=True)
     reported_status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTING)
     is_connected = models.BooleanField(default=False)
     # Which connection is the live one: a late disconnect of an older connection must not mark it lost.

@@ -1,6 +1,8 @@
-"""Reads about pools and nodes: release timeline, rollback targets, rollouts, node and command summaries."""
+"""Reads about pools and nodes: release timeline, rollback targets, rollouts, node and command summaries, and how
+clients call a node."""
 
 import json
+import shlex
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -62,6 +64,8 @@ def node_summary(*, node, now, context: PoolContext | None = None) -> dict:
         "backend": node.backend,
         "engine_version": node.engine_version,
         "hostname": node.hostname,
+        "gateway_url": node.gateway_url,
+        "served_model_name": node.served_model_name,
         "applied": version_ref(node.applied_version),
         "desired": version_ref(desired),
         "in_sync": bool(desired) and node.applied_hash == desired.content_hash,
@@ -292,3 +296,39 @@ def pool_client_keys(*, pool: Pool, revoked: int = 5) -> list[ClientKey]:
     keys = ClientKey.objects.filter(pools=pool).select_related("created_by", "revoked_by").prefetch_related("pools")
     live = list(keys.filter(revoked_at__isnull=True).order_by("name"))
     return live + list(keys.filter(revoked_at__isnull=False).order_by("-revoked_at")[:revoked])
+
+
+CLIENT_KEY_PLACEHOLDER = "<your client key>"
+EXAMPLE_MESSAGE = "Where is my order?"
+
+
+def node_client_example(*, node: EngineNode) -> dict | None:
+    """How a client calls this node's gateway: base URL, model name and an example call with curl and with the
+    `openai` package; None until the agent has reported where its gateway is. The key is a placeholder, never a
+    real one. Values are quoted for their language (shell, Python), whatever the agent reported."""
+    if not node.gateway_url:
+        return None
+    base_url = f"{node.gateway_url}/v1"
+    model = node.served_model_name or "<model name>"
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": EXAMPLE_MESSAGE}]}, ensure_ascii=False)
+    curl = "\n".join(
+        [
+            f"curl {shlex.quote(base_url + '/chat/completions')} \\",
+            f"  -H {shlex.quote('Authorization: Bearer ' + CLIENT_KEY_PLACEHOLDER)} \\",
+            "  -H 'Content-Type: application/json' \\",
+            f"  -d {shlex.quote(body)}",
+        ]
+    )
+    python = "\n".join(
+        [
+            "from openai import OpenAI",
+            "",
+            f"client = OpenAI(base_url={json.dumps(base_url)}, api_key={json.dumps(CLIENT_KEY_PLACEHOLDER)})",
+            "reply = client.chat.completions.create(",
+            f"    model={json.dumps(model, ensure_ascii=False)},",
+            f'    messages=[{{"role": "user", "content": {json.dumps(EXAMPLE_MESSAGE)}}}],',
+            ")",
+            "print(reply.choices[0].message.content)",
+        ]
+    )
+    return {"base_url": base_url, "model": model, "curl": curl, "python": python}

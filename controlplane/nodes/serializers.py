@@ -243,6 +243,10 @@ class NodeSummarySerializer(serializers.Serializer):
     backend = serializers.CharField(help_text="`vllm` or `simulated`, as the agent reported; empty before")
     engine_version = serializers.CharField()
     hostname = serializers.CharField()
+    gateway_url = serializers.CharField(
+        help_text="Where clients reach the node's OpenAI gateway (add /v1), as the agent reported; empty before"
+    )
+    served_model_name = serializers.CharField(help_text="The `model` clients send to this node; empty before")
     applied = VersionRefSerializer(allow_null=True, help_text="the version the node ACKed last")
     desired = VersionRefSerializer(allow_null=True, help_text="its pool's desired version")
     in_sync = serializers.BooleanField()

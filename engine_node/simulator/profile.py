@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 
 DEFAULT_PROFILE_PATH = Path(__file__).resolve().parent / "profiles" / "default.yaml"
+# The field report's tuned deployment, which `make run`'s demo fleet simulates (see the simulator's README).
+DEMO_PROFILE_PATH = DEFAULT_PROFILE_PATH.with_name("demo.yaml")
 
 
 class ProfileError(ValueError):

@@ -22,6 +22,9 @@ from engine_node.simulator.sequence import Sequence, StepOutput
 
 logger = logging.getLogger("engine_node.simulator")
 
+# How far behind its simulated timeline the step loop may be and still catch up (see Engine.run).
+MAX_CATCH_UP_S = 0.1
+
 
 @dataclass(frozen=True)
 class _Scheduled:
@@ -106,16 +109,30 @@ class Engine:
             self.prefix_cache.reset()
 
     async def run(self) -> None:
-        """The step loop; idles on an event while there is nothing to do."""
+        """The step loop; idles on an event while there is nothing to do.
+
+        Steps follow a simulated timeline: each one ends its simulated duration after the previous one's end, not
+        after the moment the loop got round to it. A loop woken late (timer granularity, a busy CPU, handlers
+        between steps) starts the next step that much shorter, so lateness does not add up over the hundreds of
+        steps of a reply; catching up is bounded by MAX_CATCH_UP_S, so a stall longer than that (a stopped
+        process) is real lateness and not made good by a burst of instant steps.
+        """
+        step_end: float | None = None
         while True:
             scheduled = [] if self.is_sleeping else self._schedule()
             if not scheduled:
+                step_end = None
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             prefill_tokens = sum(s.num_tokens for s in scheduled if not s.is_decode)
             decode_seqs = sum(1 for s in scheduled if s.is_decode)
-            await asyncio.sleep(self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor))
+            duration = self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor)
+            now = time.monotonic()
+            start = now if step_end is None else max(step_end, now - MAX_CATCH_UP_S)
+            step_end = start + duration
+            # sleep(0) when behind still lets the HTTP handlers run between steps.
+            await asyncio.sleep(max(0.0, step_end - now))
             self.num_steps += 1
             now = time.monotonic()
             for item in scheduled:

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from openai import OpenAI
 
 from controlplane.nodes.models import EngineNode
 from tests.browser.test_dashboard_flow import login, publish
@@ -36,6 +37,22 @@ def test_registered_node_comes_online_and_follows_a_publish_live(seeded, server_
         row.locator('[data-field="applied"]', has_text="chat-default v1").wait_for(timeout=20_000)
         wait_until(lambda: row.locator('[data-field="status"]').inner_text().lower() == "online", 20, "online")
         assert "simulated" in row.locator('[data-field="backend"]').inner_text().lower()
+
+        # The node page tells a client where to send requests and which model to name; both work as shown.
+        node_page = new_page()
+        login(node_page, server_url, "oncall")
+        node_page.goto(f"{server_url}/nodes/gpu-a1/")
+        base_url = node_page.locator("[data-testid=gateway-url]").inner_text()
+        model = node_page.locator("[data-testid=served-model-name]").inner_text()
+        assert (base_url, model) == (f"{agent.url}/v1", agent.model)
+        python_example = node_page.locator("[data-testid=example-python]").inner_text()
+        assert f'base_url="{base_url}"' in python_example and 'api_key="<your client key>"' in python_example
+        assert "Authorization: Bearer <your client key>" in node_page.locator("[data-testid=example-curl]").inner_text()
+        shot(node_page, "12-node-page-clients")
+        reply = OpenAI(base_url=base_url, api_key="<your client key>", max_retries=0).chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Where is my order?"}], max_tokens=8
+        )
+        assert reply.choices[0].message.content
 
         operator = new_page()
         login(operator, server_url, "sre")

@@ -1,5 +1,7 @@
-"""Stopping the agent stops its engine, even when the supervisor sends SIGTERM twice in a row."""
+"""Stopping the agent stops its engine: SIGTERM twice in a row, SIGTERM with a long reply in flight (within
+seconds), and SIGKILL (the kernel stops the engine for it)."""
 
+import http.client
 import json
 import os
 import signal
@@ -39,6 +41,62 @@ def test_double_sigterm_leaves_no_engine_behind(tmp_path):
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 0
         wait_until(lambda: not alive(engine_pid), 5, "the engine to exit with its agent")
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
+def test_a_killed_agent_takes_its_engine_with_it(tmp_path):
+    """SIGKILL leaves the agent no time to stop its engine, which runs in its own session: the kernel does it."""
+    port = free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "engine_node", "--backend", "simulator", "--port", str(port),
+         "--state-dir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, 30, agent)
+        engine_pid = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read())[
+            "engine_pid"
+        ]
+        assert alive(engine_pid)
+        agent.kill()
+        agent.wait(timeout=5)
+        wait_until(lambda: not alive(engine_pid), 5, "the engine to exit after its agent was killed")
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
+def test_sigterm_stops_an_agent_with_a_long_request_in_flight_within_seconds(tmp_path):
+    """A reply still streaming (minutes of it) gets the gateway's shut-down grace, not the whole reply."""
+    profile = tmp_path / "slow.yaml"
+    profile.write_text("latency:\n  time_scale: 1.0\n")
+    port = free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "engine_node", "--backend", "simulator", "--simulator-profile", str(profile),
+         "--port", str(port), "--state-dir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, 30, agent)
+        wait_until(lambda: json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())["status"]
+                   == "online", 30, "the node to serve")  # fmt: skip
+        engine_pid = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").read())["engine_pid"]
+        body = {"messages": [{"role": "user", "content": "everything, please"}], "max_tokens": 8000,
+                "ignore_eos": True, "stream": True}  # fmt: skip
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200
+        response.read1(100)  # streaming: ~80 s of simulated decoding are ahead of it
+
+        started = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=30) == 0
+        assert time.monotonic() - started < 10
+        wait_until(lambda: not alive(engine_pid), 5, "the engine to exit with its agent")
+        connection.close()
     finally:
         if agent.poll() is None:
             agent.kill()

@@ -209,6 +209,97 @@ def test_gpu_inventory_parses_nvidia_smi_csv():
     assert parse("") == []
 
 
+def test_hello_reports_the_gateway_url_and_the_model_clients_send_and_heartbeats_follow_a_renamed_model(tmp_path):
+    from engine_node.agent import Agent
+
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n1", backend="simulator", model="base-model",
+        served_model_name="chat", state_dir=tmp_path, port=9123,
+    )  # fmt: skip
+
+    async def scenario():
+        agent = Agent(settings)
+        agent.engine.args = engine_args(NodeConfig.from_message(message()), settings)
+        hello = agent.hello()
+        quiet = agent.heartbeat()
+        renamed = {**CONTENT, "engine": {**CONTENT["engine"], "served_model_name": "support-bot"}}
+        agent.engine.args = engine_args(NodeConfig.from_message(message(renamed)), settings)
+        return hello, quiet, agent.heartbeat(), agent.heartbeat()
+
+    hello, quiet, renamed, after = asyncio.run(scenario())
+    assert (hello["gateway_url"], hello["served_model_name"]) == ("http://127.0.0.1:9123", "chat")
+    assert "served_model_name" not in quiet
+    assert renamed["served_model_name"] == "support-bot"
+    assert "served_model_name" not in after
+
+
+def test_advertise_url_is_checked_and_a_wildcard_host_advertises_the_host_name(monkeypatch):
+    import socket
+
+    from engine_node.settings import from_args, gateway_url
+
+    advertised = from_args(["--backend", "simulator", "--advertise-url", "https://gpu-1.example.com:9443/"])
+    assert gateway_url(advertised, 9000) == "https://gpu-1.example.com:9443"
+    for bad in ("javascript:alert(1)", "ftp://gpu-1/", "https://user:pw@gpu-1/", "http://", "http://gpu 1/"):
+        with pytest.raises(SystemExit):
+            from_args(["--backend", "simulator", "--advertise-url", bad])
+    monkeypatch.setattr(socket, "getfqdn", lambda: "gpu-7.example.com")
+    assert (
+        gateway_url(from_args(["--backend", "simulator", "--host", "0.0.0.0"]), 9000) == "http://gpu-7.example.com:9000"
+    )
+    assert gateway_url(from_args(["--backend", "simulator", "--host", "::1"]), 9000) == "http://[::1]:9000"
+
+
+def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
+    """A config being applied (cold restart, warmup) when the agent stops must not run on into its shut-down."""
+    from aiohttp import web
+
+    from engine_node.control import ControlLink
+
+    async def scenario():
+        async def agent_socket(request):
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.send_json({"type": "welcome", "heartbeat_s": 60})
+            await ws.receive()  # the hello
+            await ws.send_json({"type": "config"})
+            async for _ in ws:
+                pass
+            return ws
+
+        app = web.Application()
+        app.router.add_get("/ws/agent/", agent_socket)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        handling, outcome = asyncio.Event(), []
+
+        async def on_message(message):
+            handling.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                outcome.append("cancelled")
+                raise
+
+        link = ControlLink(
+            url=f"ws://127.0.0.1:{port}/ws/agent/", token="t", hello=lambda: {"type": "hello"},
+            heartbeat=lambda: {"type": "heartbeat"}, on_message=on_message,
+        )  # fmt: skip
+        running = asyncio.create_task(link.run())
+        await asyncio.wait_for(handling.wait(), 10)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        settled = list(outcome)  # before asyncio.run cancels whatever is left at its end
+        await runner.cleanup()
+        return settled
+
+    assert asyncio.run(scenario()) == ["cancelled"]
+
+
 def test_a_command_arriving_during_a_config_apply_says_so_and_a_cleanup_gives_its_lease_back(tmp_path):
     """A cold apply holds the agent's apply lock for minutes (restart, warmup): a command sent meanwhile used to wait
     in silence, and a cleanup kept its pool's lease all that time."""

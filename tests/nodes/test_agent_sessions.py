@@ -74,3 +74,16 @@ def test_a_late_disconnect_of_an_older_connection_does_not_mark_the_node_lost(no
     assert EngineNode.objects.get(pk=node.pk).is_connected
     agent_sessions.node_disconnected(node_id=node.pk, session_id="new")
     assert not EngineNode.objects.get(pk=node.pk).is_connected
+
+
+def test_hello_records_the_gateway_url_and_model_name_and_a_heartbeat_updates_a_renamed_model(node_and_token):
+    node, _, _ = node_and_token
+    hello = {"gateway_url": "http://10.0.0.7:9000/", "served_model_name": "chat"}
+    agent_sessions.node_hello(node_id=node.pk, session_id="s1", hello=hello)
+    node.refresh_from_db()
+    assert (node.gateway_url, node.served_model_name) == ("http://10.0.0.7:9000", "chat")
+    agent_sessions.node_heartbeat(node_id=node.pk, heartbeat={"status": "online", "served_model_name": "support-bot"})
+    agent_sessions.node_heartbeat(node_id=node.pk, heartbeat={"status": "online"})
+    node.refresh_from_db()
+    assert node.served_model_name == "support-bot"
+    assert node.gateway_url == "http://10.0.0.7:9000"

@@ -64,6 +64,7 @@ def _render_node(request, name, *, issued):
         {
             "node": node,
             "summary": selectors.node_summary(node=node, now=timezone.now()),
+            "client": selectors.node_client_example(node=node),
             "commands": [
                 selectors.command_summary(command=c) for c in node.commands.select_related("requested_by")[:20]
             ],

@@ -4,6 +4,8 @@ These are the node's own telemetry, not changes made by a person, so they are no
 change a browser should see is broadcast as `node.updated`.
 """
 
+from urllib.parse import urlsplit
+
 from django.db import transaction
 from django.db.models import Case, CharField, DateTimeField, F, TextField, Value, When
 from django.utils import timezone
@@ -37,6 +39,8 @@ def node_hello(*, node_id: int, session_id: str, hello: dict) -> dict | None:
         node.engine_version = str(hello.get("engine_version", ""))[:64]
         node.agent_version = str(hello.get("agent_version", ""))[:32]
         node.gpus = hello.get("gpus") if isinstance(hello.get("gpus"), list) else []
+        node.gateway_url = _gateway_url(hello.get("gateway_url"))
+        node.served_model_name = _model_name(hello.get("served_model_name"))
         node.reported_status = _status(hello.get("status"), node.reported_status)
         node.is_connected = True
         node.session_id = session_id
@@ -67,6 +71,11 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
     node.reported_status = status
     node.last_seen_at = timezone.now()
     fields = ["reported_status", "last_seen_at"]
+    if "served_model_name" in heartbeat:  # sent only when a cold restart changed it
+        model_name = _model_name(heartbeat["served_model_name"])
+        changed = changed or model_name != node.served_model_name
+        node.served_model_name = model_name
+        fields.append("served_model_name")
     if isinstance(log_tail, list):
         node.log_tail = [str(line)[:500] for line in log_tail[-LOG_TAIL_LINES:]]
         fields.append("log_tail")
@@ -95,6 +104,26 @@ def nodes_warmup_progress(*, reports: dict[int, list[dict]]) -> None:
             )  # fmt: skip
     for node in nodes.values():
         _broadcast(node)
+
+
+def _gateway_url(value) -> str:
+    """The reported gateway URL if it is an absolute http(s) URL a client could use, else "" (shown as a link)."""
+    if not isinstance(value, str) or len(value) > 500 or not value.isprintable() or " " in value:
+        return ""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        return ""
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return ""
+    return value.rstrip("/")
+
+
+def _model_name(value) -> str:
+    if not isinstance(value, str) or len(value) > 255 or not value.isprintable():
+        return ""
+    return value
 
 
 def _record_warmup(node: EngineNode, progress: dict, now) -> None:

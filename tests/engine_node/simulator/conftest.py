@@ -71,7 +71,8 @@ class Simulator:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"simulator-{self.port}.log"
         command = [sys.executable, "-m", "engine_node.simulator", "--host", "127.0.0.1", "--port", str(self.port)]
-        command += ["--profile", str(write_profile(workdir, profile)), *args]
+        self.profile_path = write_profile(workdir, profile)
+        command += ["--profile", str(self.profile_path), *args]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT

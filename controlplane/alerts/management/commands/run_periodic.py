@@ -23,6 +23,8 @@ from controlplane.celery import app
 from controlplane.lib import loop_health
 
 log = logging.getLogger("controlplane.periodic")
+# How long a stop waits for the periodic runs in progress (an alert pass takes well under a second).
+JOIN_TIMEOUT_S = 10.0
 
 # After a failure an entry waits its period doubled per failure in a row, up to this (or its period if longer):
 # a locked database gets room to drain instead of a retry every second, and a recovery shows within half a minute.
@@ -157,8 +159,12 @@ class Command(BaseCommand):
             self.stdout.write(f"ran {', '.join(e.name for e in entries)}")
             return
         stop = threading.Event()
-        for entry in entries:
-            threading.Thread(target=run_forever, args=(entry, stop), name=f"periodic-{entry.name}", daemon=True).start()
+        threads = [
+            threading.Thread(target=run_forever, args=(entry, stop), name=f"periodic-{entry.name}", daemon=True)
+            for entry in entries
+        ]
+        for thread in threads:
+            thread.start()
         log.info(
             "periodic (in this process; failures are logged once and shown on /healthz): %s",
             ", ".join(f"{e.name} {e.description}" for e in entries),
@@ -173,6 +179,10 @@ class Command(BaseCommand):
             pass
         finally:
             stop.set()
+            # Let a run in progress finish: a thread still inside SQLite while the interpreter exits can crash it.
+            deadline = time.monotonic() + JOIN_TIMEOUT_S
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _serve(self, address: str) -> None:
         host, _, port = address.rpartition(":")
