@@ -18,7 +18,7 @@ from engine_node.admission import Admission, AdmissionRejected
 from engine_node.client_keys import KeyGrant, KeyTable
 from engine_node.gateway_access import GatewayAccess
 from engine_node.openai_api import BadRequest, ChatRequest
-from engine_node.policy.explain import ExplainInvalid, estimate_tokens, explain
+from engine_node.policy.explain import ExplainInvalid, explain
 from engine_node.policy.rules import Decision, Policy
 from engine_node.sessions import (
     SSE_HEADERS,
@@ -104,17 +104,7 @@ class Gateway:
         except BadRequest as exc:
             metrics.REQUESTS.labels(outcome="bad_request").inc()
             return exc.response()
-        grant: KeyGrant = request["client_key"]
-        ignored = chat.business_tag if chat.business_tag and chat.business_tag not in grant.business_tags else None
-        if ignored is not None:
-            chat.business_tag = None  # served as if untagged: a tag outside the key's grant lifts no limit
-            metrics.BUSINESS_TAGS_IGNORED.labels(key=grant.name).inc()
-        decision = self.decide(chat)
-        body = apply_decision(chat.body, decision)
-        headers = decision_headers(decision)
-        headers["X-Engine-Node"] = self.node_name
-        if ignored is not None:
-            headers["X-Business-Tag-Ignored"] = ignored
+        decision, body, headers = self._granted_decision(request, chat)
         ticket = self.admission.admitted(prompt_tokens=chat.prompt_tokens, batch=self.policy.params["batch"])
         try:
             await ticket.__aenter__()
@@ -237,6 +227,20 @@ class Gateway:
             e2e_s=e2e, outcome=outcome, ttft_s=ttft_s, tokens=tokens, intent=intent, tier=decision.tier
         )
 
+    def _granted_decision(self, request: web.Request, chat: ChatRequest) -> tuple[Decision, dict, dict]:
+        """The policy's decision for a request under its key's grant, the body to forward and the policy headers."""
+        grant: KeyGrant = request["client_key"]
+        ignored = chat.business_tag if chat.business_tag and chat.business_tag not in grant.business_tags else None
+        if ignored is not None:
+            chat.business_tag = None  # served as if untagged: a tag outside the key's grant lifts no limit
+            metrics.BUSINESS_TAGS_IGNORED.labels(key=grant.name).inc()
+        decision = self.decide(chat)
+        headers = decision_headers(decision)
+        headers["X-Engine-Node"] = self.node_name
+        if ignored is not None:
+            headers["X-Business-Tag-Ignored"] = ignored
+        return decision, apply_decision(chat.body, decision), headers
+
     def decide(self, chat: ChatRequest) -> Decision:
         started = time.perf_counter()
         decision = self.policy.decide(
@@ -272,16 +276,20 @@ class Gateway:
     # --- the engine's own routes -----------------------------------------------------------------------------
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        """`POST /v1/completions`: admitted like a chat request, then the engine's route unchanged."""
+        """`POST /v1/completions`: its prompt decided like a chat's latest message (tier, max_tokens cap, degradation;
+        no continuation), admitted like a chat request, then the engine's route with the policy's values."""
         try:
-            body = await read_body(request)
+            completion_request = openai_api.parse_completion(await read_body(request), request.headers)
         except BadRequest as exc:
+            metrics.REQUESTS.labels(outcome="bad_request").inc()
             return exc.response()
+        _, body, headers = self._granted_decision(request, completion_request)
         try:
-            prompt_tokens = estimate_tokens(body.decode("utf-8", "replace"))
-            async with self.admission.admitted(prompt_tokens=prompt_tokens, batch=self.policy.params["batch"]):
+            batch = self.policy.params["batch"]
+            async with self.admission.admitted(prompt_tokens=completion_request.prompt_tokens, batch=batch):
                 url = f"{self._engine_url()}/v1/completions"
-                return await forward(self._http(), request, url, body, self.node_name)
+                encoded = openai_api.compact_json(body).encode("utf-8")
+                return await forward(self._http(), request, url, encoded, self.node_name, headers=headers)
         except AdmissionRejected as exc:
             return refused(exc)
 

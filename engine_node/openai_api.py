@@ -102,6 +102,31 @@ def parse_chat(raw: bytes, headers) -> ChatRequest:
         texts.append(text)
         if role == "user":
             latest_user = text
+    # Chat templates add a few tokens per message (role markers, end-of-turn).
+    return _request(body, headers, latest_user, estimate_tokens("".join(texts)) + 4 * len(messages))
+
+
+def parse_completion(raw: bytes, headers) -> ChatRequest:
+    """A `POST /v1/completions` body, read as the policy reads a chat: its prompt is the latest user text, so the
+    same tiers, max_tokens caps and degradation apply (a raw prompt is no way around them)."""
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        # Token ids: nothing for the tiers to read (normal tier), but the max_tokens caps hold all the same.
+        return _request(body, headers, "", len(prompt))
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt: must be a string or a list of token ids (one prompt per request).", "prompt")
+    if body.get("echo") or body.get("best_of") not in (None, 1) or body.get("n") not in (None, 1):
+        raise BadRequest("n: one completion per request (no n, best_of or echo).", "n")
+    return _request(body, headers, prompt, estimate_tokens(prompt))
+
+
+def _request(body: dict, headers, latest_user: str, prompt_tokens: int) -> ChatRequest:
+    """The fields every generation request shares: sampling bounds, max_tokens, streaming, tag and conversation."""
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is None:
@@ -134,8 +159,7 @@ def parse_chat(raw: bytes, headers) -> ChatRequest:
         body=forwarded,
         stream=stream,
         latest_user_text=latest_user,
-        # Chat templates add a few tokens per message (role markers, end-of-turn).
-        prompt_tokens=estimate_tokens("".join(texts)) + 4 * len(messages),
+        prompt_tokens=prompt_tokens,
         client_max_tokens=client_max,
         business_tag=tag,
         conversation=conversation,

@@ -34,12 +34,19 @@ async def read_body(request: web.Request) -> bytes:
 
 
 async def forward(
-    http: aiohttp.ClientSession, request: web.Request, url: str, body: bytes | None, node_name: str
+    http: aiohttp.ClientSession,
+    request: web.Request,
+    url: str,
+    body: bytes | None,
+    node_name: str,
+    *,
+    headers: dict | None = None,
 ) -> web.StreamResponse:
-    """Send the request to `url` (the engine's, at a fixed path) and stream the engine's answer back."""
-    headers = {name: request.headers[name] for name in _FORWARDED_HEADERS if name in request.headers}
+    """Send the request to `url` (the engine's, at a fixed path) and stream the engine's answer back, with
+    `headers` (the policy's) added to it."""
+    sent = {name: request.headers[name] for name in _FORWARDED_HEADERS if name in request.headers}
     try:
-        upstream = await http.request(request.method, url, data=body, headers=headers)
+        upstream = await http.request(request.method, url, data=body, headers=sent)
     except aiohttp.ClientError as exc:
         return engine_unreachable(exc)
     async with upstream:
@@ -47,6 +54,7 @@ async def forward(
         for key, value in upstream.headers.items():
             if key.lower() not in _HOP_BY_HOP:
                 response.headers[key] = value
+        response.headers.update(headers or {})
         response.headers["X-Engine-Node"] = node_name
         await response.prepare(request)
         async for chunk in upstream.content.iter_any():
