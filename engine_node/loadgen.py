@@ -18,6 +18,7 @@ log = logging.getLogger("engine_node.loadgen")
 
 RETRIES = 2
 MAX_RETRY_WAIT_S = 10
+HEALTH_PERIOD_S = 2.0
 
 MESSAGES = [
     "我的订单 20261111-8842 到哪了？已经三天没动了",
@@ -37,7 +38,9 @@ MESSAGES = [
 
 async def run(urls: list[str], qps: float, model: str, duration_s: float | None, api_key: str = "") -> None:
     rng = random.Random(7)
-    targets = itertools.cycle(urls)
+    turn = itertools.count()
+    # As a load balancer does: only nodes whose /healthz says online get traffic (a warming node says 503).
+    online: list[str] = []
     stats = {"ok": 0, "failed": 0, "retried": 0}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60), headers=headers) as session:
@@ -67,19 +70,36 @@ async def run(urls: list[str], qps: float, model: str, duration_s: float | None,
                 stats["ok" if status == 200 else "failed"] += 1
                 return
 
+        async def watch_health() -> None:
+            while True:
+                states = await asyncio.gather(*(healthy(session, url) for url in urls))
+                online[:] = [url for url, ok in zip(urls, states, strict=True) if ok]
+                await asyncio.sleep(HEALTH_PERIOD_S)
+
+        watcher = asyncio.create_task(watch_health())
         pending: set[asyncio.Task] = set()
         loop = asyncio.get_running_loop()
         started = loop.time()
         for i in itertools.count():
             if duration_s is not None and loop.time() - started > duration_s:
                 break
-            task = asyncio.create_task(one(next(targets)))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
+            if online:
+                task = asyncio.create_task(one(online[next(turn) % len(online)]))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
             if i % max(1, int(qps * 30)) == 0 and i:
                 log.info("synthetic traffic: %(ok)d ok, %(failed)d failed, %(retried)d retries", stats)
             await asyncio.sleep(rng.expovariate(qps))
+        watcher.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def healthy(session: aiohttp.ClientSession, url: str) -> bool:
+    try:
+        async with session.get(f"{url}/healthz", timeout=aiohttp.ClientTimeout(total=2)) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
 
 
 def main() -> None:

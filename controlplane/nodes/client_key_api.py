@@ -7,6 +7,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
+from controlplane.lib.openapi import conflict
 from controlplane.lib.serializers import validated
 from controlplane.nodes import serializers
 from controlplane.nodes.models import ClientKey, Pool
@@ -23,7 +24,7 @@ class ClientKeyList(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("pool", str), OpenApiParameter("active", bool)],
-        responses=serializers.ClientKeySerializer(many=True),
+        responses=serializers.ClientKeyListSerializer,
     )
     def get(self, request):
         keys = _KEYS.order_by("-created_at", "-pk")
@@ -34,7 +35,11 @@ class ClientKeyList(APIView):
         return Response({"results": serializers.ClientKeySerializer(keys, many=True).data})
 
     @extend_schema(
-        request=serializers.ClientKeyCreateSerializer, responses={201: serializers.ClientKeyIssuedSerializer}
+        request=serializers.ClientKeyCreateSerializer,
+        responses={
+            201: serializers.ClientKeyIssuedSerializer,
+            409: conflict("A live key of that name exists: revoke it first."),
+        },
     )
     def post(self, request):
         data = validated(serializers.ClientKeyCreateSerializer, request.data)
@@ -61,7 +66,10 @@ class ClientKeyRevoke(APIView):
 
     required_action = Action.CLIENT_KEY_MANAGE
 
-    @extend_schema(request=serializers.ReasonSerializer, responses=serializers.ClientKeySerializer)
+    @extend_schema(
+        request=serializers.ReasonSerializer,
+        responses={200: serializers.ClientKeySerializer, 409: conflict("The key is already revoked.")},
+    )
     def post(self, request, pk):
         client_key = generics.get_object_or_404(ClientKey, pk=pk)
         data = validated(serializers.ReasonSerializer, request.data)

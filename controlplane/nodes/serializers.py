@@ -352,6 +352,10 @@ class ClientKeySerializer(serializers.ModelSerializer):
         ]
 
 
+class ClientKeyListSerializer(serializers.Serializer):
+    results = ClientKeySerializer(many=True)
+
+
 class ClientKeyCreateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=64)
     pools = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False)

@@ -49,7 +49,8 @@ def test_registered_node_comes_online_and_follows_a_publish_live(seeded, server_
         assert f'base_url="{base_url}"' in python_example and 'api_key="<your client key>"' in python_example
         assert "Authorization: Bearer <your client key>" in node_page.locator("[data-testid=example-curl]").inner_text()
         shot(node_page, "12-node-page-clients")
-        reply = OpenAI(base_url=base_url, api_key="<your client key>", max_retries=0).chat.completions.create(
+        # As the example says, with a real key where it shows the placeholder.
+        reply = OpenAI(base_url=base_url, api_key=agent.client_key, max_retries=0).chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Where is my order?"}], max_tokens=8
         )
         assert reply.choices[0].message.content

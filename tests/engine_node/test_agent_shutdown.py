@@ -10,7 +10,8 @@ import sys
 import time
 import urllib.request
 
-from tests.engine_node.fleet import wait_until
+from engine_node.client_keys import key_entry
+from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until, write_key_file
 from tests.live_server import ROOT, free_port, wait_for_port
 
 
@@ -73,9 +74,10 @@ def test_sigterm_stops_an_agent_with_a_long_request_in_flight_within_seconds(tmp
     profile = tmp_path / "slow.yaml"
     profile.write_text("latency:\n  time_scale: 1.0\n")
     port = free_port()
+    keys = write_key_file(tmp_path / "keys.json", [key_entry(TEST_CLIENT_KEY, name="tests")])
     agent = subprocess.Popen(
         [sys.executable, "-m", "engine_node", "--backend", "simulator", "--simulator-profile", str(profile),
-         "--port", str(port), "--state-dir", str(tmp_path)],
+         "--port", str(port), "--state-dir", str(tmp_path), "--client-keys-file", str(keys)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -86,7 +88,8 @@ def test_sigterm_stops_an_agent_with_a_long_request_in_flight_within_seconds(tmp
         body = {"messages": [{"role": "user", "content": "everything, please"}], "max_tokens": 8000,
                 "ignore_eos": True, "stream": True}  # fmt: skip
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TEST_CLIENT_KEY}"}
+        connection.request("POST", "/v1/chat/completions", json.dumps(body), headers)
         response = connection.getresponse()
         assert response.status == 200
         response.read1(100)  # streaming: ~80 s of simulated decoding are ahead of it

@@ -46,7 +46,8 @@ SERVER_LINE = re.compile(r"Inference control plane is starting at\s+(http://\S+?
 
 
 class Processes:
-    """Every process whose environment names the run's var dir, seen by walking /proc once a second."""
+    """Every process of the run, seen by walking /proc once a second: those whose environment names the run's var
+    dir, and their descendants (an engine gets a scrubbed environment, without the var dir)."""
 
     def __init__(self, var_dir: Path):
         self.marker = f"CONTROLPLANE_VAR_DIR={var_dir}".encode()
@@ -68,7 +69,7 @@ class Processes:
 
     def scan(self) -> dict[tuple[int, str], str]:
         """The live (not zombie) processes of the run now; each is also remembered in `seen`."""
-        live = {}
+        procs = {}  # pid -> (key, parent pid, ours by environment, command line)
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -78,13 +79,20 @@ class Processes:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if self.marker not in environ.split(b"\0"):
-                continue
             fields = stat.rsplit(")", 1)[1].split()
             if fields[0] == "Z":  # exited; only its parent (or init) has not reaped it yet
                 continue
             key = (int(entry), fields[19])  # pid and start time, so a reused pid is not mistaken for ours
-            live[key] = cmdline.strip()
+            procs[int(entry)] = (key, int(fields[1]), self.marker in environ.split(b"\0"), cmdline.strip())
+        ours = {pid for pid, (key, _, marked, _) in procs.items() if marked or key in self.seen}
+        grew = True
+        while grew:  # descendants of ours are ours
+            grew = False
+            for pid, (_, parent, _, _) in procs.items():
+                if pid not in ours and parent in ours:
+                    ours.add(pid)
+                    grew = True
+        live = {procs[pid][0]: procs[pid][3] for pid in ours}
         self.seen.update(live)
         return live
 
