@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.openapi import conflict
-from controlplane.lib.serializers import validated
+from controlplane.lib.serializers import query_flag, validated
 from controlplane.nodes import serializers
 from controlplane.nodes.models import ClientKey, Pool
 from controlplane.nodes.services import client_keys as services
@@ -30,7 +30,7 @@ class ClientKeyList(APIView):
         keys = _KEYS.order_by("-created_at", "-pk")
         if "pool" in request.query_params:
             keys = keys.filter(pools__name=request.query_params["pool"])
-        if request.query_params.get("active") in ("true", "1"):
+        if query_flag(request.query_params, "active"):
             keys = keys.filter(revoked_at__isnull=True)
         return Response({"results": serializers.ClientKeySerializer(keys, many=True).data})
 
