@@ -45,12 +45,12 @@
   const data = document.getElementById("analysis-charts");
   if (!data || !window.Plotly) return;
   const charts = JSON.parse(data.textContent);
-  const layout = (title, xTitle, lines) => ({
+  const layout = (title, xTitle, lines, bins) => ({
     title: { text: title, font: { size: 14 } },
     margin: { t: 36, r: 12, b: 40, l: 48 },
     height: 280,
     barmode: "overlay",
-    xaxis: { title: { text: xTitle } },
+    xaxis: { title: { text: xTitle }, range: [0, bins.counts.length * bins.width] },
     yaxis: { title: { text: "count" } },
     legend: { orientation: "h", y: -0.25 },
     shapes: lines.map((x) => ({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", color: "#b42318" } })),
@@ -67,7 +67,8 @@
   const config = { displaylogo: false, responsive: true };
   const h = charts.histograms;
   Plotly.newPlot("chart-replies", [bars(h.replies, "all replies", 0.6), bars(h.first_turn, "first turn", 0.6)],
-    layout("Reply length (tokens)", "tokens", [charts.cap, 256, 512].filter((v, i, all) => all.indexOf(v) === i)), config);
-  Plotly.newPlot("chart-prompts", [bars(h.prompts, "prompts", 0.8)], layout("Prompt length (tokens)", "tokens", []), config);
-  Plotly.newPlot("chart-turns", [bars(h.turns, "conversations", 0.8)], layout("Turns per conversation", "user turns", []), config);
+    layout("Reply length (tokens)", "tokens", [charts.cap, 256, 512].filter((v, i, all) => all.indexOf(v) === i), h.replies), config);
+  Plotly.newPlot("chart-prompts", [bars(h.prompts, "prompts", 0.8)],
+    layout("Prompt length (tokens)", "tokens", [charts.long_context_threshold], h.prompts), config);
+  Plotly.newPlot("chart-turns", [bars(h.turns, "conversations", 0.8)], layout("Turns per conversation", "user turns", [], h.turns), config);
 })();

@@ -133,7 +133,11 @@ def log_analysis(request, name, pk):
             "intents": result.get("intents", []),
             "suggestions": suggestions,
             "reply_rows": reply_rows,
-            "charts": {"histograms": result.get("histograms"), "cap": result.get("cap")},
+            "charts": {
+                "histograms": result.get("histograms"),
+                "cap": result.get("cap"),
+                "long_context_threshold": result.get("long_context_threshold"),
+            },
             "applicable": any(item["applicable"] for item in suggestions),
         },
     )
