@@ -1,7 +1,8 @@
 """Suggestions drawn from an analysis, each with its evidence and the template fields it would change.
 
 - first-turn cap: the N-th percentile (90 by default) of first-turn reply lengths, rounded up to a multiple of 32
-  (of 128 above 512 tokens), with the share of first-turn replies it covers;
+  (of 128 above 512 tokens), at most the hard ceiling and at least the streaming threshold and the degradation cap
+  (the template's rules), with the share of first-turn replies it covers;
 - whitelist: intents (at least `MIN_INTENT_REPLIES` replies) whose P95 reply is longer than that cap and that no
   whitelist of the template names yet, each with its P95 and count;
 - long-context threshold: the P99 of prompt lengths rounded up to a power of two (at least 512), so the long-context
@@ -41,6 +42,14 @@ def suggest(analyser: LogAnalyser, *, coverage: int = 90) -> list[dict]:
     if first_turn.count:
         percentile = first_turn.percentile(coverage)
         cap = min(sensible_cap(percentile), params["max_tokens"]["hard_ceiling"])
+        # The template refuses a cap below these (validation's cross-field rules): the cap is raised to meet them.
+        floors = {
+            "max_tokens.streaming_threshold": params["max_tokens"]["streaming_threshold"],
+            "degradation.max_tokens": params["degradation"]["max_tokens"],
+        }
+        raised_by = max(floors, key=floors.get) if max(floors.values()) > cap else None
+        if raised_by is not None:
+            cap = floors[raised_by]
         found.append(
             {
                 "kind": "first_turn_cap",
@@ -54,6 +63,7 @@ def suggest(analyser: LogAnalyser, *, coverage: int = 90) -> list[dict]:
                     "covered": first_turn.at_most(cap) / first_turn.count,
                     "covered_by_current": first_turn.at_most(analyser.cap) / first_turn.count,
                     "current": analyser.cap,
+                    "raised_to": raised_by,
                 },
             }
         )

@@ -119,8 +119,9 @@ def test_applying_suggestions_saves_an_unpublished_version(users, staging, tmp_p
     assert Whitelist.objects.get(name=whitelist).versions.get().scenarios == ["copywriting", "product_recommendation"]
     assert f"analysis {analysis.pk}" in version.comment and "from the June logs" in version.comment
     assert Pool.objects.get(pk=staging.pk).desired_version.number == 1
-    assert AuditEntry.objects.filter(action="convlog.suggestions_apply", target_id=str(analysis.pk)).exists()
-    assert AuditEntry.objects.filter(action="template.version_create", target_id=str(version.pk)).exists()
+    entry = AuditEntry.objects.get(action="template.version_create", target_id=str(version.pk))
+    assert f"analysis {analysis.pk}" in entry.reason and entry.actor == agent
+    assert AuditEntry.objects.filter(action="whitelist.create", target_repr=whitelist).exists()
     with pytest.raises(Conflict):
         log_analysis_apply(actor=agent, analysis=analysis, kinds=["first_turn_cap"], base_number=1)
     with pytest.raises(InvalidField, match="unknown kind"):
@@ -148,3 +149,17 @@ def test_logs_are_immutable(users, tmp_path):
     assert ConversationLog.objects.get().description == ""
     assert log.path.read_bytes() == (tmp_path / "log.jsonl").read_bytes()
     assert io.BytesIO(log.path.read_bytes()).read(1) == b"{"
+
+
+def test_a_cap_below_the_templates_floors_is_raised_to_them(users, staging, tmp_path):
+    line = json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok", "tokens": 5}]}
+    )
+    path = tmp_path / "short.jsonl"
+    path.write_text((line + "\n") * 50, encoding="utf-8")
+    analysis = analyse(users["agent"], store(users["agent"], path), staging)
+    cap = next(item for item in analysis.suggestions if item["kind"] == "first_turn_cap")
+    assert cap["evidence"]["percentile_tokens"] == 5
+    assert cap["changes"][0]["to"] == 200 and cap["evidence"]["raised_to"] == "max_tokens.streaming_threshold"
+    version = log_analysis_apply(actor=users["agent"], analysis=analysis, kinds=["first_turn_cap"])
+    assert version.effective_params["max_tokens"]["default"] == 200

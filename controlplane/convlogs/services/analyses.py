@@ -148,7 +148,8 @@ def _progress(analysis: LogAnalysis, reader: LogReader, analyser: LogAnalyser) -
     realtime.log_analysis_progress(analysis)
 
 
-@mutating_service
+# Not registered as a mutating service of its own: it writes through template_version_create (and
+# whitelist_create), each of which writes its audit entry.
 def log_analysis_apply(
     *, actor, analysis: LogAnalysis, kinds: list[str] | None = None, base_number: int | None = None, comment: str = ""
 ) -> TemplateVersion:
@@ -156,7 +157,8 @@ def log_analysis_apply(
     template, edited from its latest version (or `base_number`; a stale one is 409). Nothing is published.
 
     A whitelist suggestion creates a new whitelist holding the suggested intents and names it in the version, so no
-    pool's gateways change until that version is published."""
+    pool's gateways change until that version is published. The audit entries are the version's (and the
+    whitelist's), whose comment cites the analysis."""
     if analysis.status != LogAnalysis.Status.SUCCEEDED:
         raise Conflict(f"analysis: analysis {analysis.pk} is {analysis.status}, not succeeded")
     by_kind = {item["kind"]: item for item in analysis.suggestions or []}
@@ -192,13 +194,6 @@ def log_analysis_apply(
             document={"inference_params": params},
             base_number=base_number or template.latest_number,
             comment=f"{cited}. {comment}".strip() if comment else cited,
-        )
-        audit_record(
-            actor=actor,
-            action="convlog.suggestions_apply",
-            target=analysis,
-            after={"kinds": kinds, "version": version.ref},
-            reason=comment,
         )
     return version
 
