@@ -52,11 +52,14 @@ def import_dir(tmp_path, settings):
         ".",
         "missing.jsonl",
         "nested/ok.jsonl\x00.txt",
+        "\ud800.jsonl",
         "",
     ],
 )
 def test_import_refuses_paths_outside_the_directory(api_for, import_dir, store, path, tmp_path):
-    refused = api_for("admin").post("/api/v1/conversation-logs/import/", {"name": "x", "path": path}, format="json")
+    # Sent as escaped JSON: a lone surrogate is valid JSON text that no file name can hold.
+    body = json.dumps({"name": "x", "path": path})
+    refused = api_for("admin").post("/api/v1/conversation-logs/import/", body, content_type="application/json")
     assert refused.status_code == 400, refused.json()
     assert error_paths(refused.json()) == ["path"]
     assert not ConversationLog.objects.exists()
