@@ -47,12 +47,13 @@
   const charts = JSON.parse(data.textContent);
   const layout = (title, xTitle, lines, bins) => ({
     title: { text: title, font: { size: 14 } },
-    margin: { t: 36, r: 12, b: 40, l: 48 },
-    height: 280,
+    margin: { t: 36, r: 16, b: 48, l: 56 },
+    height: 300,
     barmode: "overlay",
     xaxis: { title: { text: xTitle }, range: [0, bins.counts.length * bins.width] },
     yaxis: { title: { text: "count" } },
-    legend: { orientation: "h", y: -0.25 },
+    showlegend: true,
+    legend: { x: 1, xanchor: "right", y: 1, bgcolor: "rgba(255,255,255,0.8)" },
     shapes: lines.map((x) => ({ type: "line", x0: x, x1: x, yref: "paper", y0: 0, y1: 1, line: { dash: "dot", color: "#b42318" } })),
     annotations: lines.map((x) => ({ x: x, yref: "paper", y: 1, text: String(x), showarrow: false, font: { color: "#b42318" } })),
   });
