@@ -163,3 +163,50 @@ def test_a_cap_below_the_templates_floors_is_raised_to_them(users, staging, tmp_
     assert cap["changes"][0]["to"] == 200 and cap["evidence"]["raised_to"] == "max_tokens.streaming_threshold"
     version = log_analysis_apply(actor=users["agent"], analysis=analysis, kinds=["first_turn_cap"])
     assert version.effective_params["max_tokens"]["default"] == 200
+
+
+def test_a_large_log_with_three_bad_lines_is_analysed_and_they_are_listed(users, staging, tmp_path):
+    lines = write_log(tmp_path / "log.jsonl", 5000, seed=9).read_text(encoding="utf-8").splitlines()
+    lines[99] = lines[99][:40]
+    lines[2999] = lines[2999].replace('"role":"user"', '"role":"customer"', 1)
+    lines[4999] = lines[4999].replace('"completion_tokens":', '"completion_tokens":-', 1)
+    path = tmp_path / "damaged.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    analysis = analyse(users["agent"], store(users["agent"], path, name="damaged"), staging)
+    assert analysis.status == "succeeded" and analysis.result["conversations"] == 4997
+    bad = analysis.result["bad_lines"]
+    assert bad["count"] == 3
+    assert [(item["line"], item["field"]) for item in bad["first"]] == [
+        (100, "json"),
+        (3000, "messages[0].role"),
+        (5000, "messages[1].usage.completion_tokens"),
+    ]
+
+
+def test_a_csv_log_without_conversation_ids_fails_naming_the_header(users, staging, tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("role,content\nuser,hi\nassistant,hello\n", encoding="utf-8")
+    analysis = analyse(users["agent"], store(users["agent"], path), staging)
+    assert analysis.status == "failed"
+    assert (
+        analysis.error
+        == "file: header: missing column 'conversation_id'; the first line must be role,content,conversation_id"
+    )
+
+
+def test_a_csv_log_groups_contiguous_messages(users, staging, tmp_path):
+    path = tmp_path / "log.csv"
+    rows = ["conversation_id,role,content,tokens"]
+    for i in range(30):
+        rows += [
+            f"c{i},user,我的订单到哪了,7",
+            f"c{i},assistant,在路上,{100 + i}",
+            f"c{i},user,谢谢,2",
+            f"c{i},assistant,不客气,10",
+        ]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    analysis = analyse(users["agent"], store(users["agent"], path), staging)
+    result = analysis.result
+    assert result["conversations"] == 30 and result["turns"]["p50"] == 2
+    assert result["replies"]["first_turn"]["p50"] == 114 and result["replies"]["later_turns"]["max"] == 10
+    assert analysis.token_source == "log"
