@@ -58,6 +58,7 @@ urlpatterns = [
     path("intents/pools/<slug:name>/built-in/", intents.intent_builtin, name="intent-builtin"),
     path("conversation-logs/", convlogs.log_list, name="conversation-logs"),
     path("conversation-logs/upload/", convlogs.log_upload, name="log-upload"),
+    path("conversation-logs/import/", convlogs.log_import, name="log-import"),
     path("conversation-logs/<slug:name>/", convlogs.log_detail, name="log-detail"),
     path("conversation-logs/<slug:name>/analyses/<int:pk>/", convlogs.log_analysis, name="log-analysis"),
     path(

@@ -64,3 +64,21 @@ def test_oncall_cannot_upload_and_a_bad_file_stores_nothing(users, staging, tmp_
     )
     assert bad.status_code == 400 and "not a conversation log" in bad.content.decode()
     assert not ConversationLog.objects.exists()
+
+
+def test_operators_import_from_the_host_directory_on_the_page(users, settings, tmp_path):
+    source = tmp_path / "imports"
+    source.mkdir()
+    (source / "june.jsonl").write_bytes(b'{"messages": [{"role": "user", "content": "hi"}]}\n')
+    (tmp_path / "secret.jsonl").write_bytes(b'{"messages": []}\n')
+    sre, agent = signed_in(users["sre"]), signed_in(users["agent"])
+    assert "import-form" not in sre.get("/conversation-logs/").content.decode()
+    settings.CONVERSATION_LOG_IMPORT_DIR = str(source)
+    assert "import-form" in sre.get("/conversation-logs/").content.decode()
+    assert "import-form" not in agent.get("/conversation-logs/").content.decode()
+    assert agent.post("/conversation-logs/import/", {"name": "june", "path": "june.jsonl"}).status_code == 403
+    refused = sre.post("/conversation-logs/import/", {"name": "secret", "path": "../secret.jsonl"})
+    assert refused.status_code == 400 and "path: must not contain &#x27;..&#x27;" in refused.content.decode()
+    imported = sre.post("/conversation-logs/import/", {"name": "june", "path": "june.jsonl"})
+    assert imported.status_code == 302 and imported.url == "/conversation-logs/june/"
+    assert list(ConversationLog.objects.values_list("name", "source")) == [("june", "import")]

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.roles import Action
 from controlplane.convlogs import selectors
 from controlplane.convlogs.services.analyses import log_analysis_apply, log_analysis_create
-from controlplane.convlogs.services.logs import conversation_log_create
+from controlplane.convlogs.services.logs import conversation_log_create, conversation_log_import
 from controlplane.convlogs.suggestions import APPLICABLE_KINDS
 from controlplane.dashboard.access import page
 from controlplane.lib.errors import DomainError
@@ -23,6 +23,12 @@ class LogUploadForm(forms.Form):
     file = forms.FileField()
     pool = forms.CharField(max_length=64, required=False)
     coverage = forms.IntegerField(min_value=50, max_value=99, initial=90, required=False)
+
+
+class LogImportForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    description = forms.CharField(max_length=500, required=False)
+    path = forms.CharField(max_length=1024)
 
 
 class AnalyseForm(forms.Form):
@@ -39,18 +45,39 @@ def log_list(request):
     return _render_list(request, LogUploadForm(initial={"coverage": 90}))
 
 
-def _render_list(request, form, status=200):
+def _render_list(request, form, status=200, import_form=None):
     return render(
         request,
         "convlogs/log_list.html",
         {
             "logs": selectors.conversation_logs()[:200],
             "form": form,
+            "import_form": import_form or LogImportForm(),
+            "import_dir": settings.CONVERSATION_LOG_IMPORT_DIR,
             "pools": _pools(),
             "max_mib": settings.CONVERSATION_LOG_MAX_BYTES >> 20,
         },
         status=status,
     )
+
+
+@require_POST
+@page(write_action=Action.CONVLOG_IMPORT)
+def log_import(request):
+    """Copy in a file of the control-plane host, from under CONVERSATION_LOG_IMPORT_DIR only."""
+    form = LogImportForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            log = conversation_log_import(
+                actor=request.user, name=data["name"], description=data["description"], path=data["path"]
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Log {log.name} imported ({log.size_bytes} bytes).")
+            return redirect("dashboard:log-detail", name=log.name)
+    return _render_list(request, LogUploadForm(initial={"coverage": 90}), status=400, import_form=form)
 
 
 @require_POST
