@@ -511,8 +511,9 @@ def test_me_lists_the_actions_of_each_role(api_for):
         "override.set",
         "intent.train",
         "warmup.write",
+        "convlog.write",
     }
-    assert {"pool.publish", "pool.production_override"} <= allowed(Role.SRE)
+    assert {"pool.publish", "pool.production_override", "convlog.import"} <= allowed(Role.SRE)
     assert "user.manage" not in allowed(Role.SRE)
     assert "user.manage" in allowed(Role.ADMIN)
 
