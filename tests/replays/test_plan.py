@@ -1,5 +1,6 @@
 """The replay plan: selection (all, sample, top-N), requests per user turn, pacing, caps, shares, nodes."""
 
+import itertools
 import statistics
 
 from controlplane.replays import plan
@@ -49,7 +50,7 @@ def test_uniform_pacing_spaces_requests_by_one_over_qps():
 def test_poisson_pacing_has_the_asked_mean_rate_and_the_same_schedule_for_every_share():
     many = [conversation(f"c{i}", None, "q") for i in range(4000)]
     requests = plan.plan(many, Spec(qps=200, seed=3, duration_cap_s=100))
-    gaps = [b.at - a.at for a, b in zip(requests, requests[1:], strict=False)]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
     assert abs(statistics.mean(gaps) - 1 / 200) < 0.0003
     assert abs(statistics.stdev(gaps) - 1 / 200) < 0.0005  # exponential gaps: stdev equals the mean
     assert plan.plan(many, Spec(qps=200, seed=3, duration_cap_s=100)) == requests
