@@ -376,6 +376,9 @@ REPLAY_SHARE_QPS = env_int("REPLAY_SHARE_QPS", 100)
 REPLAY_MAX_SHARES = env_int("REPLAY_MAX_SHARES", 16)
 REPLAY_KEY_WAIT_S = env_int("REPLAY_KEY_WAIT_S", 30)
 REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
+# The Celery queue replay tasks go to (empty: the default queue). A share holds its worker for the whole run, so
+# production deployments give replays workers of their own (`celery worker -Q replays`) and set this.
+REPLAY_TASK_QUEUE = env_str("REPLAY_TASK_QUEUE")
 
 # Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
 # scrapes /metrics with, and the address links in notifications and exported rules point at.

@@ -52,7 +52,7 @@ def _dispatch(task, args: tuple, name: str) -> None:
     if settings.CELERY_TASK_ALWAYS_EAGER:
         threading.Thread(target=_here, args=(task, args), name=name, daemon=True).start()
     else:
-        task.delay(*args)
+        task.apply_async(args, queue=settings.REPLAY_TASK_QUEUE or None)
 
 
 def _here(task, args: tuple) -> None:
