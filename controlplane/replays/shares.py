@@ -60,6 +60,7 @@ class _Recorder:
         self.rows: list[ReplayRequest] = []
         self.sent = self.done = self.errors = 0
         self.status = ReplayRun.Status.RUNNING
+        self.write_error = ""
 
     def on_sent(self, outcome: Outcome) -> None:
         with self.lock:
@@ -136,6 +137,8 @@ def replay_share(run_id: int, index: int, key: str) -> None:
         finally:
             cpu_s = time.thread_time() - cpu_started
         writer.submit(recorder.flush).result()
+        if recorder.write_error:
+            error = f"share {index}: {recorder.write_error}"
     except Exception as exc:
         logger.exception("replay %s share %s failed", run_id, index)
         error = f"share {index}: {type(exc).__name__}: {exc}"
@@ -151,7 +154,11 @@ async def _send(run: ReplayRun, shots: list[Shot], recorder: _Recorder, writer: 
 
     async def flusher() -> None:
         while not done.is_set():
-            await loop.run_in_executor(writer, recorder.flush)
+            try:
+                await loop.run_in_executor(writer, recorder.flush)
+            except Exception as exc:  # a batch the database refused: keep sending and reading the status
+                logger.exception("replay %s: writing a batch failed", run.pk)
+                recorder.write_error = recorder.write_error or f"writing rows failed: {type(exc).__name__}: {exc}"
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), FLUSH_EVERY_S)
 
