@@ -226,6 +226,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 5.0,
         "options": {"expires": 10},
     },
+    # Every 30 s: a replay whose worker died would stay "running" for ever; overdue means minutes late (the request
+    # timeout plus a minute past its schedule), so a slower pass changes nothing that matters.
+    "replays-reap": {
+        "task": "controlplane.replays.tasks.replay_runs_reap_task",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.

@@ -7,7 +7,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
-from controlplane.replays.lifecycle import replay_start
+from controlplane.replays.lifecycle import replay_runs_reap, replay_start
 from controlplane.replays.shares import replay_share
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ def replay_start_task(run_id: int) -> None:
 def replay_share_task(run_id: int, index: int, key: str) -> None:
     """Send one share of a running run (each share on its own worker: they run for the run's whole duration)."""
     replay_share(run_id, index, key)
+
+
+@shared_task(ignore_result=True)
+def replay_runs_reap_task() -> None:
+    """End runs whose shares never reported their end (settings.CELERY_BEAT_SCHEDULE)."""
+    replay_runs_reap()
 
 
 def replay_start_enqueue(run_id: int) -> None:
