@@ -66,6 +66,7 @@ bench: install-dev
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/simulator_profile.py
 	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/log_analysis.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts
