@@ -15,6 +15,7 @@ from controlplane.nodes import client_key_api as client_keys
 from controlplane.nodes import node_api as engine_nodes
 from controlplane.operations import api as operations
 from controlplane.params import api as params
+from controlplane.replays import api as replays
 
 urlpatterns = [
     path("auth/token/", accounts.TokenIssue.as_view(), name="token-issue"),
@@ -110,6 +111,11 @@ urlpatterns = [
     path("incidents/<int:pk>/ack/", alerts.IncidentAcknowledge.as_view(), name="incident-ack"),
     path("silences/", alerts.SilenceList.as_view(), name="silence-list"),
     path("silences/<int:pk>/expire/", alerts.SilenceExpire.as_view(), name="silence-expire"),
+    path("replays/", replays.ReplayRunList.as_view(), name="replay-list"),
+    path("replays/<int:pk>/", replays.ReplayRunDetail.as_view(), name="replay-detail"),
+    path("replays/<int:pk>/cancel/", replays.ReplayRunCancel.as_view(), name="replay-cancel"),
+    path("replays/<int:pk>/requests/", replays.ReplayRequestList.as_view(), name="replay-request-list"),
+    path("replays/<int:pk>/export/", replays.ReplayRequestExport.as_view(), name="replay-request-export"),
     path("audit/", audit.AuditList.as_view(), name="audit-list"),
     path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "controlplane.operations",
     "controlplane.metrics",
     "controlplane.alerts",
+    "controlplane.replays",
     "controlplane.dashboard",
 ]
 
@@ -225,6 +226,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 5.0,
         "options": {"expires": 10},
     },
+    # Every 30 s: a replay whose worker died would stay "running" for ever; overdue means minutes late (the request
+    # timeout plus a minute past its schedule), so a slower pass changes nothing that matters.
+    "replays-reap": {
+        "task": "controlplane.replays.tasks.replay_runs_reap_task",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.
@@ -367,6 +375,20 @@ METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)
 if METRICS_RAW_RETENTION_S < 120 or METRICS_ROLLUP_RETENTION_S < 3600:
     raise EnvError("METRICS_RAW_RETENTION_S must be at least 120 and METRICS_ROLLUP_RETENTION_S at least 3600")
+
+# Replay runs: caps that keep a replay from becoming a load test of the fleet (the report's tuned deployment served
+# 53 QPS; 500 is ten times that), how fast one share (one event loop in one worker) is asked to send, and how long
+# a run waits for its nodes to accept its client key and for one reply.
+REPLAY_MAX_QPS = env_int("REPLAY_MAX_QPS", 500)
+REPLAY_MAX_REQUESTS = env_int("REPLAY_MAX_REQUESTS", 200_000)
+REPLAY_MAX_DURATION_S = env_int("REPLAY_MAX_DURATION_S", 4 * 3600)
+REPLAY_SHARE_QPS = env_int("REPLAY_SHARE_QPS", 100)
+REPLAY_MAX_SHARES = env_int("REPLAY_MAX_SHARES", 16)
+REPLAY_KEY_WAIT_S = env_int("REPLAY_KEY_WAIT_S", 30)
+REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
+# The Celery queue replay tasks go to (empty: the default queue). A share holds its worker for the whole run, so
+# production deployments give replays workers of their own (`celery worker -Q replays`) and set this.
+REPLAY_TASK_QUEUE = env_str("REPLAY_TASK_QUEUE")
 
 # Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
 # scrapes /metrics with, and the address links in notifications and exported rules point at.
