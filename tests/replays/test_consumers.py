@@ -8,7 +8,8 @@ from channels.testing import WebsocketCommunicator
 
 from controlplane.asgi import application
 from controlplane.replays.consumers import FORBIDDEN
-from controlplane.replays.services import replay_run_cancel, replay_run_create
+from controlplane.replays.models import ReplayRun
+from controlplane.replays.services import replay_run_cancel
 from tests.datasets.test_training import session_headers
 from tests.factories import pools
 from tests.replays.logs import log_lines, store_log
@@ -20,7 +21,11 @@ def test_a_cancel_reaches_the_runs_page_and_the_list(users, settings, tmp_path):
     settings.CONVERSATION_LOG_DIR = tmp_path
     staging, _ = pools(users["sre"])
     agent = users["agent"]
-    run = replay_run_create(actor=agent, pool=staging, log=store_log(agent, log_lines(3)), reason="x", qps=1)
+    # A queued run as a row (the service would hand it to its start task at once, which fails it: no node serves).
+    log = store_log(agent, log_lines(3))
+    run = ReplayRun.objects.create(
+        pool=staging, log=log, log_name=log.name, qps=1, duration_cap_s=60, created_by=agent, reason="x"
+    )
     headers = session_headers(users["oncall"])
 
     async def scenario():

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import redis
 
 from controlplane.celery import app
 from controlplane.replays.models import ReplayRequest, ReplayRun
@@ -55,6 +56,10 @@ def workers(settings, tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
         app.conf.task_always_eager = eager
+        # The queue's bookkeeping in Redis goes with it.
+        broker = redis.Redis.from_url(settings.REDIS_URL)
+        broker.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+        broker.close()
 
 
 def test_shares_run_on_separate_worker_processes_and_keep_the_rate(fleet, workers, agent):  # noqa: F811
