@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "controlplane.operations",
     "controlplane.metrics",
     "controlplane.alerts",
+    "controlplane.replays",
     "controlplane.dashboard",
 ]
 
