@@ -32,6 +32,7 @@ class Action(models.TextChoices):
     CLIENT_KEY_MANAGE = "client_key.manage"
     MODEL_WRITE = "model.write"
     MODEL_TRUST_REMOTE_CODE = "model.trust_remote_code"
+    REPLAY_RUN = "replay.run"
 
 
 _ALL = frozenset(Role)
@@ -66,6 +67,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.MODEL_WRITE: frozenset({Role.SRE, Role.ADMIN}),
     # trust_remote_code runs the model repository's Python on every node that loads it.
     Action.MODEL_TRUST_REMOTE_CODE: frozenset({Role.ADMIN}),
+    # Replaying logs against a non-production pool is the tuning method's step before any publish: tuning staff run
+    # it; against production only an SRE or admin, with a reason (PRODUCTION_OVERRIDE).
+    Action.REPLAY_RUN: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
 }
 
 
