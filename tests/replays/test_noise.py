@@ -95,7 +95,7 @@ def test_every_base_figure_gets_a_sampler_and_rates_see_a_real_difference():
     sa, sb = samplers(a, figures), samplers(b, figures)
     assert set(sa) == {f.key for f in figures}
     rate = next(f for f in figures if f.key == "errors.rate_503")
-    low, high = difference_interval(sa[rate.key], sb[rate.key], seed="r")
+    low, _ = difference_interval(sa[rate.key], sb[rate.key], seed="r")
     assert low > 0  # four points more 503s is well beyond noise at 4,000 requests
     # A sampler on a run without values gives no interval rather than a made-up one.
     assert difference_interval(samplers([], figures)[P99.key], sa[P99.key], seed="e") is None
