@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "controlplane.params",
     "controlplane.nodes",
     "controlplane.datasets",
+    "controlplane.convlogs",
     "controlplane.operations",
     "controlplane.metrics",
     "controlplane.alerts",
@@ -322,6 +323,15 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(TEMPLATE_MAX_BYTES * 4, 2_621_440)
 UPLOAD_MAX_BYTES = env_int("UPLOAD_MAX_BYTES", 21 * 1024 * 1024)
 if UPLOAD_MAX_BYTES < DATA_UPLOAD_MAX_MEMORY_SIZE:
     raise EnvError(f"UPLOAD_MAX_BYTES: must be at least {DATA_UPLOAD_MAX_MEMORY_SIZE} (DATA_UPLOAD_MAX_MEMORY_SIZE)")
+# Conversation logs (docs/conversation-logs.md): stored as files here; one upload may be this large (its endpoint
+# alone gets this limit instead of UPLOAD_MAX_BYTES); a gzip log may decompress to at most this much; an admin or
+# SRE may register a file already on this host only from under the import directory (unset: importing is off).
+CONVERSATION_LOG_DIR = Path(env_str("CONVERSATION_LOG_DIR", str(VAR_DIR / "conversation-logs")))
+CONVERSATION_LOG_MAX_BYTES = env_int("CONVERSATION_LOG_MAX_BYTES", 512 * 1024 * 1024)
+CONVERSATION_LOG_MAX_DECOMPRESSED_BYTES = env_int("CONVERSATION_LOG_MAX_DECOMPRESSED_BYTES", 4 * 1024 * 1024 * 1024)
+CONVERSATION_LOG_IMPORT_DIR = env_str("CONVERSATION_LOG_IMPORT_DIR")
+# Request paths whose multipart body may be as large as a conversation log (plus the form's framing).
+LARGE_UPLOAD_PATHS = ("/api/v1/conversation-logs/", "/conversation-logs/upload/")
 FILE_UPLOAD_HANDLERS = [
     "controlplane.lib.body_limit.BoundedUploadHandler",
     "django.core.files.uploadhandler.MemoryFileUploadHandler",

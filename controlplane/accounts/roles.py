@@ -32,6 +32,8 @@ class Action(models.TextChoices):
     CLIENT_KEY_MANAGE = "client_key.manage"
     MODEL_WRITE = "model.write"
     MODEL_TRUST_REMOTE_CODE = "model.trust_remote_code"
+    CONVLOG_WRITE = "convlog.write"
+    CONVLOG_IMPORT = "convlog.import"
     REPLAY_RUN = "replay.run"
 
 
@@ -67,6 +69,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     Action.MODEL_WRITE: frozenset({Role.SRE, Role.ADMIN}),
     # trust_remote_code runs the model repository's Python on every node that loads it.
     Action.MODEL_TRUST_REMOTE_CODE: frozenset({Role.ADMIN}),
+    # Analysing what customers asked is tuning work; reading a file off the control-plane host is an operator's.
+    Action.CONVLOG_WRITE: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    Action.CONVLOG_IMPORT: frozenset({Role.SRE, Role.ADMIN}),
     # Replaying logs against a non-production pool is the tuning method's step before any publish: tuning staff run
     # it; against production only an SRE or admin, with a reason (PRODUCTION_OVERRIDE).
     Action.REPLAY_RUN: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),

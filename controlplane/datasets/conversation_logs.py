@@ -104,50 +104,72 @@ def _read_jsonl(text: str, errors: UploadErrors, tally: _Tally) -> None:
     for number, line in jsonl_objects(text, errors, LINE_SHAPES):
         tally.rows += 1
         if "messages" in line:
-            _conversation(number, line["messages"], errors, tally)
+            messages = conversation_messages(number, line["messages"], errors)
+            if messages is None:
+                continue
+            tally.conversation_lines += 1
+            for prefix, message in messages:
+                _message(number, prefix, message, errors, tally)
         elif "role" in line:
-            conversation_id = line.get("conversation_id")
-            if conversation_id is None or conversation_id == "":
-                errors.row(number, "conversation_id", "required on a message line (the conversation it belongs to)")
-            elif isinstance(conversation_id, bool) or not isinstance(conversation_id, str | int):
-                errors.row(number, "conversation_id", f"must be a string or an integer, got {_kind(conversation_id)}")
-            else:
-                tally.conversation_ids.add(str(conversation_id))
+            conversation_id = line_conversation_id(number, line.get("conversation_id"), errors)
+            if conversation_id is not None:
+                tally.conversation_ids.add(conversation_id)
             _message(number, "", line, errors, tally)
         else:
             errors.row(number, "json", f"expected a conversation or a message: {LINE_SHAPES}")
 
 
-def _conversation(number: int, messages, errors: UploadErrors, tally: _Tally) -> None:
+def line_conversation_id(number: int, value, errors: UploadErrors) -> str | None:
+    """The conversation a message line belongs to, as a string; None (with an error naming the line) when invalid."""
+    if value is None or value == "":
+        errors.row(number, "conversation_id", "required on a message line (the conversation it belongs to)")
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        errors.row(number, "conversation_id", f"must be a string or an integer, got {kind(value)}")
+        return None
+    return str(value)
+
+
+def conversation_messages(number: int, messages, errors: UploadErrors) -> list[tuple[str, dict]] | None:
+    """(field prefix, message object) per message of a whole-conversation line; None when `messages` is no list.
+
+    A message that is no object is reported and left out."""
     if not isinstance(messages, list):
-        errors.row(number, "messages", f'must be a list of {{"role": ..., "content": ...}}, got {_kind(messages)}')
-        return
-    tally.conversation_lines += 1
+        errors.row(number, "messages", f'must be a list of {{"role": ..., "content": ...}}, got {kind(messages)}')
+        return None
+    found = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             errors.row(
-                number, f"messages[{i}]", f'must be an object {{"role": ..., "content": ...}}, got {_kind(message)}'
+                number, f"messages[{i}]", f'must be an object {{"role": ..., "content": ...}}, got {kind(message)}'
             )
             continue
-        _message(number, f"messages[{i}].", message, errors, tally)
+        found.append((f"messages[{i}].", message))
+    return found
 
 
-def _message(number: int, prefix: str, message: dict, errors: UploadErrors, tally: _Tally) -> None:
-    """Validate one message's role and content; count it when it is a user's."""
+def message_fields(number: int, prefix: str, message: dict, errors: UploadErrors) -> tuple[str, str] | None:
+    """A message's role and text; None (with an error naming the line and field) when either is invalid."""
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         errors.row(number, f"{prefix}role", f"unknown role {str(role)[:30]!r}; expected one of {', '.join(ROLES)}")
-        return
+        return None
     content = _content_text(message.get("content"))
     if content is None:
         errors.row(
             number,
             f"{prefix}content",
-            f"must be a string or a list of text parts, got {_kind(message.get('content'))}",
+            f"must be a string or a list of text parts, got {kind(message.get('content'))}",
         )
-        return
-    if role == "user":
-        tally.user_query(content)
+        return None
+    return role, content
+
+
+def _message(number: int, prefix: str, message: dict, errors: UploadErrors, tally: _Tally) -> None:
+    """Validate one message's role and content; count it when it is a user's."""
+    fields = message_fields(number, prefix, message, errors)
+    if fields is not None and fields[0] == "user":
+        tally.user_query(fields[1])
 
 
 def _content_text(content) -> str | None:
@@ -176,5 +198,5 @@ def _read_csv(text: str, errors: UploadErrors, tally: _Tally) -> None:
         _message(number, "", record, errors, tally)
 
 
-def _kind(value) -> str:
+def kind(value) -> str:
     return "null" if value is None else type(value).__name__

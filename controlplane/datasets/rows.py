@@ -7,7 +7,7 @@ import csv
 import io
 import json
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from controlplane.datasets.exceptions import DatasetInvalid, RowError
@@ -100,9 +100,13 @@ def records(text: str, fmt: str, errors: UploadErrors, shape: RecordShape) -> It
     return csv_records(text, errors, shape) if fmt == "csv" else jsonl_records(text, errors, shape)
 
 
-def csv_records(text: str, errors: UploadErrors, shape: RecordShape) -> Iterator[tuple[int, dict]]:
-    """(row, {field: value}) per CSV record; the header must name every required column and nothing unknown."""
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+def csv_records(text: str | Iterable[str], errors: UploadErrors, shape: RecordShape) -> Iterator[tuple[int, dict]]:
+    """(row, {field: value}) per CSV record; the header must name every required column and nothing unknown.
+
+    `text` is the whole file, or its lines (each with its line break) as a file opened with newline="" gives them.
+    """
+    lines = io.StringIO(text, newline="") if isinstance(text, str) else text
+    reader = csv.reader(lines, strict=True)
     try:
         header = next(reader, None)
     except csv.Error as exc:
@@ -141,10 +145,14 @@ def csv_records(text: str, errors: UploadErrors, shape: RecordShape) -> Iterator
         yield start, dict(zip(columns, values, strict=True))
 
 
-def jsonl_objects(text: str, errors: UploadErrors, example: str) -> Iterator[tuple[int, dict]]:
-    """(row, object) per non-blank line that is a JSON object; other lines are errors naming `example`."""
+def jsonl_objects(text: str | Iterable[str], errors: UploadErrors, example: str) -> Iterator[tuple[int, dict]]:
+    """(row, object) per non-blank line that is a JSON object; other lines are errors naming `example`.
+
+    `text` is the whole file, or its lines in order (a streaming reader's, split on newlines only).
+    """
     # Split on newlines only: JSON strings may hold U+2028 and other characters str.splitlines() breaks at.
-    for number, line in enumerate(text.split("\n"), start=1):
+    lines = text.split("\n") if isinstance(text, str) else text
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

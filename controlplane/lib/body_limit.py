@@ -1,6 +1,6 @@
 """Request bodies over the limit are refused before Django reads them: by Content-Length, or by a counted read.
 
-Two limits (settings): `UPLOAD_MAX_BYTES` for multipart uploads (datasets, conversation logs, template files), and
+Two limits (settings): `UPLOAD_MAX_BYTES` for multipart uploads (datasets, warmup logs, template files), and
 `DATA_UPLOAD_MAX_MEMORY_SIZE` for every other body (JSON documents and `content` strings, forms). An ASGI middleware
 answers 413 from the Content-Length header without reading the body, and counts a chunked body as it arrives, ending
 it at the limit. Inside Django, wherever it runs (the test client included), a JSON or form body is refused from its
@@ -31,17 +31,19 @@ class BodyTooLarge(DomainError, RequestDataTooBig):
 
 class BoundedUploadHandler(FileUploadHandler):
     """First of Django's upload handlers: refuses a multipart body over `UPLOAD_MAX_BYTES` from its Content-Length
-    before any part is read, and a file whose bytes pass the limit as they stream in (a chunked body)."""
+    before any part is read, and a file whose bytes pass the limit as they stream in (a chunked body). The paths in
+    `LARGE_UPLOAD_PATHS` (conversation logs) get `CONVERSATION_LOG_MAX_BYTES` instead."""
 
     def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
-        if content_length > settings.UPLOAD_MAX_BYTES:
-            raise BodyTooLarge(too_large_message("file", content_length, settings.UPLOAD_MAX_BYTES), field="file")
+        self.limit = multipart_limit(getattr(self.request, "path", ""))
+        if content_length > self.limit:
+            raise BodyTooLarge(too_large_message("file", content_length, self.limit), field="file")
         self.received = 0
 
     def receive_data_chunk(self, raw_data, start):
         self.received = start + len(raw_data)
-        if self.received > settings.UPLOAD_MAX_BYTES:
-            message = too_large_message(self.field_name, None, settings.UPLOAD_MAX_BYTES)
+        if self.received > self.limit:
+            message = too_large_message(self.field_name, None, self.limit)
             raise BodyTooLarge(message, field=self.field_name)
         return raw_data
 
@@ -49,10 +51,21 @@ class BoundedUploadHandler(FileUploadHandler):
         return None
 
 
-def limit_for(content_type: str) -> tuple[int, str]:
-    """(the byte limit for a body of this content type, what to call it in the error)."""
+# The multipart framing and the form's other fields around a conversation log's bytes.
+LARGE_UPLOAD_FRAMING_BYTES = 1024 * 1024
+
+
+def multipart_limit(path: str) -> int:
+    """The byte limit of a multipart body sent to `path`: a conversation log's on its upload endpoints only."""
+    if path in settings.LARGE_UPLOAD_PATHS:
+        return max(settings.UPLOAD_MAX_BYTES, settings.CONVERSATION_LOG_MAX_BYTES + LARGE_UPLOAD_FRAMING_BYTES)
+    return settings.UPLOAD_MAX_BYTES
+
+
+def limit_for(content_type: str, path: str = "") -> tuple[int, str]:
+    """(the byte limit for a body of this content type sent to `path`, what to call it in the error)."""
     if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
-        return settings.UPLOAD_MAX_BYTES, "file"
+        return multipart_limit(path), "file"
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "body"
 
 
@@ -72,7 +85,7 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        limit, field = limit_for(headers.get(b"content-type", b"").decode("latin-1"))
+        limit, field = limit_for(headers.get(b"content-type", b"").decode("latin-1"), scope.get("path", ""))
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await _refuse(send, scope, too_large_message(field, int(declared), limit), limit)

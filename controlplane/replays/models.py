@@ -46,6 +46,9 @@ class ReplayRun(models.Model):
         "params.TemplateVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="replay_runs"
     )
     template_hash = models.CharField(max_length=64, blank=True)
+    log = models.ForeignKey(
+        "convlogs.ConversationLog", null=True, blank=True, on_delete=models.PROTECT, related_name="replay_runs"
+    )
     # The log's name as well: the record outlives the log.
     log_name = models.CharField(max_length=200, blank=True)
 
@@ -63,6 +66,8 @@ class ReplayRun(models.Model):
     turn_gap_s = models.FloatField(default=5.0)
     duration_cap_s = models.PositiveIntegerField()
     stream = models.BooleanField(default=True)
+    # The nodes the run sends to, resolved when it starts: [{"name", "url", "model"}].
+    targets = models.JSONField(default=list, blank=True)
     # Seeds the schedule (Poisson gaps): every share draws the same plan.
     seed = models.BigIntegerField(default=0)
 
@@ -73,8 +78,12 @@ class ReplayRun(models.Model):
     sent = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
-    # Achieved vs asked: requests sent per second of the sending window; P99 of the successful requests so far.
+    # Achieved vs asked: requests sent per second of the sending window, against the plan's own rate (the target
+    # QPS for uniform arrivals, the drawn schedule's rate for Poisson or the log's times); P99 of successes so far.
     achieved_qps = models.FloatField(null=True, blank=True)
+    asked_qps = models.FloatField(null=True, blank=True)
+    # How late requests left against their due time (P99 of sent - scheduled): the generator keeping up.
+    send_lag_p99_s = models.FloatField(null=True, blank=True)
     p99_s = models.FloatField(null=True, blank=True)
     # The generator's own CPU (its shares' event-loop threads), for the run and per request sent.
     generator_cpu_s = models.FloatField(default=0.0)

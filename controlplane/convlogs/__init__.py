@@ -1,0 +1,1 @@
+"""Conversation logs: uploaded or imported logs of customer conversations, their analysis and suggestions."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ConvlogsConfig(AppConfig):
+    name = "controlplane.convlogs"
+    verbose_name = "Conversation logs"

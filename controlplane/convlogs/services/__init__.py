@@ -1,0 +1,1 @@
+"""Conversation log services: storing logs, analysing them, applying suggestions."""
