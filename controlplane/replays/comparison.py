@@ -46,13 +46,15 @@ def slo_level(p99: float | None, slo: SloLines) -> str:
     return "ok"
 
 
-def _slo_phrase(label: str, p99: float | None, level: str, slo: SloLines) -> str:
+def _standing(p99: float | None, level: str, slo: SloLines) -> str:
+    """`1.472 s, at or below the 1.6 s warning line` and the like."""
     if level == "unknown":
-        return f"{label} has no P99 (no successful request)"
+        return "no P99: no successful request"
     if level == "ok":
-        return f"{label} meets the P99 SLO ({p99:.3f} s, at or below the {slo.warn_s:g} s warning line)"
+        return f"{p99:.3f} s, at or below the {slo.warn_s:g} s warning line"
     line = slo.critical_s if level == "critical" else slo.warn_s
-    return f"{label} does not meet the P99 SLO ({p99:.3f} s, above the {line:g} s {level} line)"
+    name = "critical" if level == "critical" else "warning"
+    return f"{p99:.3f} s, above the {line:g} s {name} line"
 
 
 def compare_runs(
@@ -148,28 +150,32 @@ def _slo_block(runs: Sequence[RunInput], per_run: list[dict], slo: SloLines) -> 
                 "level": level,
                 "meets_slo": level == "ok",
                 "meets_target": p99 is not None and p99 <= slo.target_s,
-                "text": _slo_phrase(run.label, p99, level, slo),
+                "text": _standing(p99, level, slo),
             }
         )
     return {"warn_s": slo.warn_s, "critical_s": slo.critical_s, "target_s": slo.target_s, "runs": entries}
 
 
 def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> list[str]:
-    """One sentence per compared run: the SLO standing of both, and the P99 difference with its noise verdict."""
+    """One sentence per compared run: the SLO standing of both, and the P99 difference with its noise verdict, e.g.
+    "run 7 (chat v7) meets the P99 SLO, run 6 (chat v6) does not (...); run 7 (chat v7) P99 -0.900 s vs ..."."""
     p99_row = next(row for row in rows if row["key"] == P99_FIGURE)
-    base_entry = slo_block["runs"][0]
+    base, base_entry = runs[0], slo_block["runs"][0]
     sentences = []
     for i, run in enumerate(runs[1:], start=1):
         entry = slo_block["runs"][i]
-        both = f"{entry['text']}; {base_entry['text']}"
-        if entry["meets_slo"] and not base_entry["meets_slo"]:
-            both = f"{run.label} meets the P99 SLO, {runs[0].label} does not. {both}"
-        elif base_entry["meets_slo"] and not entry["meets_slo"]:
-            both = f"{run.label} does not meet the P99 SLO, {runs[0].label} does. {both}"
+        if entry["meets_slo"] and base_entry["meets_slo"]:
+            standing = f"{run.label} and {base.label} both meet the P99 SLO"
+        elif entry["meets_slo"]:
+            standing = f"{run.label} meets the P99 SLO, {base.label} does not"
+        elif base_entry["meets_slo"]:
+            standing = f"{run.label} does not meet the P99 SLO, {base.label} does"
+        else:
+            standing = f"neither {run.label} nor {base.label} meets the P99 SLO"
+        sentence = f"{standing} ({run.label}: {entry['text']}; {base.label}: {base_entry['text']})"
         comparison = p99_row["comparisons"][i - 1]
-        if comparison["diff"] is None:
-            sentences.append(f"{both}.")
-            continue
-        noise_word = "beyond noise" if comparison["beyond_noise"] else "within noise"
-        sentences.append(f"{both}. {run.label} P99 {comparison['diff']:+.3f} s vs {runs[0].label} ({noise_word}).")
+        if comparison["diff"] is not None:
+            noise_word = "beyond noise" if comparison["beyond_noise"] else "within noise"
+            sentence += f"; {run.label} P99 {comparison['diff']:+.3f} s vs {base.label} ({noise_word})"
+        sentences.append(sentence[0].upper() + sentence[1:] + ".")
     return sentences

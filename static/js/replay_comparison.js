@@ -4,21 +4,27 @@
   const data = JSON.parse(document.getElementById("comparison-charts").textContent);
   const COLORS = ["#6b7385", "#2457d6", "#0f7b4f", "#a35b00", "#7b1fa2", "#b3261e"];
   const LINES = { warn: "#a35b00", critical: "#b3261e", target: "#7b1fa2" };
-  const layoutBase = { margin: { l: 50, r: 10, t: 10, b: 40 }, height: 300, legend: { orientation: "h", y: -0.25 } };
+  const layoutBase = { margin: { l: 55, r: 10, t: 30, b: 40 }, legend: { orientation: "h", x: 0, y: 1.12 } };
   const config = { displayModeBar: false, responsive: true };
 
-  function verticalLine(x, color, text, dash) {
+  // Each line's label at its own height so that 1.6 / 1.8 / 2.0 s do not print over each other.
+  function verticalLine(x, color, text, dash, y) {
     return {
       shape: { type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0, y1: 1, line: { color, width: 1, dash } },
-      note: { x, y: 1, xref: "x", yref: "paper", text, showarrow: false, font: { size: 10, color }, yanchor: "bottom" },
+      note: { x, y, xref: "x", yref: "paper", text, showarrow: false, font: { size: 10, color }, xanchor: "left" },
     };
   }
 
   function draw() {
     const slo = data.slo;
-    const lines = [verticalLine(slo.warn_s, LINES.warn, `warn ${slo.warn_s} s`, "dash")];
-    lines.push(verticalLine(slo.target_s, LINES.target, `target ${slo.target_s} s`, "dot"));
-    if (slo.critical_s !== null) lines.push(verticalLine(slo.critical_s, LINES.critical, `critical ${slo.critical_s} s`, "solid"));
+    const lines = [verticalLine(slo.warn_s, LINES.warn, `warn ${slo.warn_s} s`, "dash", 0.3)];
+    lines.push(verticalLine(slo.target_s, LINES.target, `target ${slo.target_s} s`, "dot", 0.2));
+    if (slo.critical_s !== null) {
+      lines.push(verticalLine(slo.critical_s, LINES.critical, `critical ${slo.critical_s} s`, "solid", 0.1));
+    }
+    // The x axis ends past the slowest run's P99.9 (the long tail beyond it would squeeze the rest to a line).
+    const tails = data.runs.map((run) => run.p999 || 0);
+    const xMax = Math.max(...tails, slo.critical_s || slo.warn_s) * 1.15;
     const cdf = data.runs.map((run, i) => ({
       x: run.cdf.x,
       y: run.cdf.y,
@@ -31,7 +37,7 @@
       cdf,
       {
         ...layoutBase,
-        xaxis: { title: "seconds", rangemode: "tozero" },
+        xaxis: { title: "seconds", range: [0, xMax] },
         yaxis: { title: "share of requests", range: [0, 1.02], tickformat: ".0%" },
         shapes: lines.map((l) => l.shape),
         annotations: lines.map((l) => l.note),

@@ -33,8 +33,13 @@ def test_tuned_version_beats_the_baseline_beyond_noise_and_meets_the_slo(agent, 
     assert (slo["warn_s"], slo["critical_s"], slo["target_s"]) == (1.6, 2.0, 1.8)
     assert [r["level"] for r in slo["runs"]] == ["critical", "ok"]
     [sentence] = result["verdict"]
-    assert sentence.startswith(f"run {fast.pk} (chat v2) meets the P99 SLO, run {slow.pk} (chat v1) does not.")
-    assert "(beyond noise)" in sentence
+    fast_p99, slow_p99 = p99["values"][1], p99["values"][0]
+    assert sentence == (
+        f"Run {fast.pk} (chat v2) meets the P99 SLO, run {slow.pk} (chat v1) does not "
+        f"(run {fast.pk} (chat v2): {fast_p99:.3f} s, at or below the 1.6 s warning line; "
+        f"run {slow.pk} (chat v1): {slow_p99:.3f} s, above the 2 s critical line); "
+        f"run {fast.pk} (chat v2) P99 {fast_p99 - slow_p99:+.3f} s vs run {slow.pk} (chat v1) (beyond noise)."
+    )
     # The version diff beside it, from params/diff.py.
     [diff] = result["version_diffs"]
     assert {"path": "temperature.strict", "old": 0.3, "new": 0.2, "apply": "hot"} in diff["changes"]

@@ -76,7 +76,12 @@ def comparison_detail(request, pk: int):
     base_rows, intent_rows = _table_rows(result)
     charts = {
         "runs": [
-            {"label": run["label"], "cdf": run["latency_cdf"], "intents": run["figures"]["intents"]}
+            {
+                "label": run["label"],
+                "cdf": run["latency_cdf"],
+                "intents": run["figures"]["intents"],
+                "p999": run["figures"]["latency"]["e2e_s"]["p999"],
+            }
             for run in result["runs"]
         ],
         "slo": result["slo"],
