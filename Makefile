@@ -65,6 +65,7 @@ bench: install-dev
 	$(BIN)/python bench/policy_hostile.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/simulator_profile.py
+	$(BIN)/python bench/replay_comparison.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts
