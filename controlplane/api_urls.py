@@ -14,6 +14,7 @@ from controlplane.nodes import client_key_api as client_keys
 from controlplane.nodes import node_api as engine_nodes
 from controlplane.operations import api as operations
 from controlplane.params import api as params
+from controlplane.replays import api as replays
 from controlplane.replays import comparison_api as replay_comparisons
 
 urlpatterns = [
@@ -96,6 +97,11 @@ urlpatterns = [
     path("incidents/<int:pk>/ack/", alerts.IncidentAcknowledge.as_view(), name="incident-ack"),
     path("silences/", alerts.SilenceList.as_view(), name="silence-list"),
     path("silences/<int:pk>/expire/", alerts.SilenceExpire.as_view(), name="silence-expire"),
+    path("replays/", replays.ReplayRunList.as_view(), name="replay-list"),
+    path("replays/<int:pk>/", replays.ReplayRunDetail.as_view(), name="replay-detail"),
+    path("replays/<int:pk>/cancel/", replays.ReplayRunCancel.as_view(), name="replay-cancel"),
+    path("replays/<int:pk>/requests/", replays.ReplayRequestList.as_view(), name="replay-request-list"),
+    path("replays/<int:pk>/export/", replays.ReplayRequestExport.as_view(), name="replay-request-export"),
     path("replays/<int:pk>/figures/", replay_comparisons.RunFigures.as_view(), name="replay-figures"),
     path(
         "replays/<int:pk>/figures/export/",

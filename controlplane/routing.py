@@ -13,6 +13,7 @@ from controlplane.datasets.consumers import IntentModelEventsConsumer
 from controlplane.metrics.consumers import MetricsConsumer
 from controlplane.nodes.agent_consumer import AgentConsumer
 from controlplane.nodes.consumers import PoolEventsConsumer
+from controlplane.replays.consumers import ReplayEventsConsumer
 
 
 def for_browsers(consumer):
@@ -25,6 +26,8 @@ websocket_urlpatterns = [
     path("ws/pools/<slug:pool>/", for_browsers(PoolEventsConsumer)),
     path("ws/intent-models/", for_browsers(IntentModelEventsConsumer)),
     path("ws/alerts/", for_browsers(AlertEventsConsumer)),
+    path("ws/replays/", for_browsers(ReplayEventsConsumer)),
+    path("ws/replays/<int:run>/", for_browsers(ReplayEventsConsumer)),
     path("ws/metrics/fleet/", for_browsers(MetricsConsumer)),
     path("ws/metrics/pools/<slug:pool>/", for_browsers(MetricsConsumer)),
     path("ws/metrics/nodes/<slug:node>/", for_browsers(MetricsConsumer)),

@@ -366,6 +366,17 @@ METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600
 if METRICS_RAW_RETENTION_S < 120 or METRICS_ROLLUP_RETENTION_S < 3600:
     raise EnvError("METRICS_RAW_RETENTION_S must be at least 120 and METRICS_ROLLUP_RETENTION_S at least 3600")
 
+# Replay runs: caps that keep a replay from becoming a load test of the fleet (the report's tuned deployment served
+# 53 QPS; 500 is ten times that), how fast one share (one event loop in one worker) is asked to send, and how long
+# a run waits for its nodes to accept its client key and for one reply.
+REPLAY_MAX_QPS = env_int("REPLAY_MAX_QPS", 500)
+REPLAY_MAX_REQUESTS = env_int("REPLAY_MAX_REQUESTS", 200_000)
+REPLAY_MAX_DURATION_S = env_int("REPLAY_MAX_DURATION_S", 4 * 3600)
+REPLAY_SHARE_QPS = env_int("REPLAY_SHARE_QPS", 100)
+REPLAY_MAX_SHARES = env_int("REPLAY_MAX_SHARES", 16)
+REPLAY_KEY_WAIT_S = env_int("REPLAY_KEY_WAIT_S", 30)
+REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
+
 # Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
 # scrapes /metrics with, and the address links in notifications and exported rules point at.
 ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL")

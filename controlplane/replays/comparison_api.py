@@ -11,6 +11,7 @@ from controlplane.accounts.roles import Action
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.serializers import validated
 from controlplane.replays import figure_selectors as selectors
+from controlplane.replays.comparison_exports import FORMATS, check_format, comparison_export, run_figures_export
 from controlplane.replays.comparison_serializers import (
     ComparisonCreateSerializer,
     ComparisonDetailSerializer,
@@ -19,7 +20,6 @@ from controlplane.replays.comparison_serializers import (
     RunFiguresSerializer,
 )
 from controlplane.replays.comparison_services import replay_comparison_create
-from controlplane.replays.exports import FORMATS, check_format, comparison_export, run_figures_export
 from controlplane.replays.models import ReplayRequest
 
 FORMAT_PARAMETER = OpenApiParameter("format", enum=list(FORMATS), default="json")

@@ -25,11 +25,13 @@ from controlplane.operations.models import ConversationOverride
 from controlplane.replays.comparison_models import ReplayComparison
 from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
+from controlplane.replays.services import replay_run_create
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
 from tests.helpers import state_snapshot
 from tests.replays.factories import finished_run
+from tests.replays.logs import log_lines, store_log
 
 ANONYMOUS = None
 EVERY_ROLE = frozenset(Role.values)
@@ -150,6 +152,19 @@ MATRIX: tuple[Call, ...] = (
     ),
     Call("pool-rollback", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "regression"}, writes=True),
     Call("pool-rollback-preview", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("replay-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "replay-list",
+        "POST",
+        WRITERS,
+        201,
+        data={"pool": "staging", "log": "festival-log", "reason": "baseline", "qps": 5},
+        writes=True,
+    ),
+    Call("replay-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}),
+    Call("replay-cancel", "POST", WRITERS, 200, lambda: {"pk": _first(ReplayRun)}, {"reason": "wrong"}, writes=True),
+    Call("replay-request-list", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}),
+    Call("replay-request-export", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}, {"format": "jsonl"}),
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
     Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
@@ -321,7 +336,10 @@ MATRIX: tuple[Call, ...] = (
         "POST",
         WRITERS,
         201,
-        data=lambda: {"runs": list(ReplayRun.objects.order_by("pk").values_list("pk", flat=True)), "resamples": 100},
+        data=lambda: {
+            "runs": list(ReplayRun.objects.filter(status="succeeded").order_by("pk").values_list("pk", flat=True)),
+            "resamples": 100,
+        },
         writes=True,
     ),
     Call("replay-comparison-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayComparison)}),
@@ -412,7 +430,21 @@ def warmup_world(request):
 
 @pytest.fixture(autouse=True)
 def replay_world(request):
-    """For the replay comparison rows only: two finished runs of one log (v1, v2 on staging) and their comparison."""
+    """For the replay rows only: conversation log `festival-log` and one queued replay of it on staging."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith("replay-"):
+        return
+    world = request.getfixturevalue("world")
+    request.getfixturevalue("settings").CONVERSATION_LOG_DIR = request.getfixturevalue("tmp_path")
+    agent = request.getfixturevalue("users")["agent"]
+    log = store_log(agent, log_lines(3))
+    replay_run_create(actor=agent, pool=world["staging"], log=log, reason="baseline", qps=5)
+
+
+@pytest.fixture(autouse=True)
+def replay_comparison_world(request):
+    """For the run-figure and comparison rows: two finished runs of one log (v1, v2 on staging) and their comparison."""
     callspec = getattr(request.node, "callspec", None)
     call = callspec.params.get("call") if callspec else None
     if call is None or not call.name.startswith(("replay-figure", "replay-comparison")):

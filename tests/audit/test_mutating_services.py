@@ -27,6 +27,7 @@ from controlplane.nodes.services import pools as nodes
 from controlplane.operations import degradation
 from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
+from controlplane.replays import services as replays
 from controlplane.replays.comparison_services import replay_comparison_create
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
@@ -91,6 +92,40 @@ def _with_model_then(call):
         entry = catalog.model_entry_create(actor=world["sre"], name="qwen3-8b", source="Qwen/Qwen3-8B")
         world["baseline"] = AuditEntry.objects.count()
         return call(world, entry)
+
+    return run
+
+
+def _with_log_then(call):
+    """Store conversation log festival-log (in a temporary directory), then run the call on it."""
+
+    def run(world):
+        import tempfile
+
+        from django.test import override_settings
+
+        from tests.replays.logs import log_lines, store_log
+
+        with override_settings(CONVERSATION_LOG_DIR=tempfile.mkdtemp(prefix="replay-audit-")):
+            log = store_log(world["agent"], log_lines(3))
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, log)
+
+    return run
+
+
+def _with_replay_then(call):
+    """Queue a replay of a stored log against staging, then run the call on it."""
+
+    def run(world):
+        from controlplane.replays.services import replay_run_create
+
+        def queue(w, log):
+            replay = replay_run_create(actor=w["agent"], pool=w["staging"], log=log, reason="baseline", qps=5)
+            w["baseline"] = AuditEntry.objects.count()
+            return call(w, replay)
+
+        return _with_log_then(queue)(world)
 
     return run
 
@@ -209,6 +244,22 @@ def _compare_two_logs(world):
 CASES: dict[str, Case] = {
     "controlplane.replays.comparison_services.replay_comparison_create": Case(
         "replay.compare", "agent", "weekday traffic vs festival", _compare_two_logs
+    ),
+    "controlplane.replays.services.replay_run_create": Case(
+        "replay.create",
+        "agent",
+        "baseline before the cap change",
+        _with_log_then(
+            lambda w, log: replays.replay_run_create(
+                actor=w["agent"], pool=w["staging"], log=log, reason="baseline before the cap change", qps=5
+            )
+        ),
+    ),
+    "controlplane.replays.services.replay_run_cancel": Case(
+        "replay.cancel",
+        "sre",
+        "wrong log",
+        _with_replay_then(lambda w, r: replays.replay_run_cancel(actor=w["sre"], run=r, reason="wrong log")),
     ),
     "controlplane.alerts.services.rules.alert_rule_create": Case(
         "alert_rule.create",

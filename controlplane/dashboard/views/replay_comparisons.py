@@ -9,8 +9,8 @@ from controlplane.accounts.roles import Action
 from controlplane.dashboard.access import page
 from controlplane.lib.errors import DomainError
 from controlplane.replays import figure_selectors as selectors
+from controlplane.replays.comparison_exports import flat_figures
 from controlplane.replays.comparison_services import replay_comparison_create
-from controlplane.replays.exports import flat_figures
 from controlplane.replays.models import ReplayRun
 
 RECENT_RUNS = 50

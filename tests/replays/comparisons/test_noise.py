@@ -17,7 +17,7 @@ from controlplane.replays.noise import (
     repeat_spread,
     samplers,
 )
-from tests.replays.test_figures import record
+from tests.replays.comparisons.test_figures import record
 
 P99 = Figure("latency.e2e_s.p99", "P99", "s", "lower")
 

@@ -1,4 +1,4 @@
-"""Fixtures for comparisons: a template with two versions (v1 the defaults-like, v2 the tuned), a staging pool."""
+"""Fixtures of the comparison tests: a template with two versions (v1 and v2), a staging pool."""
 
 import pytest
 

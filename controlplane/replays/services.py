@@ -1,0 +1,227 @@
+"""Audited writes to replay runs: start one (refused on production without an SRE's override), cancel one."""
+
+import math
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.accounts.roles import Action
+from controlplane.audit.services import audit_record, mutating_service
+from controlplane.lib.errors import Conflict, Forbidden, InvalidField, required_text
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.replays.models import ReplayRun
+
+MAX_LABEL = 200
+MAX_NODES = 256
+
+
+def _positive_int(field: str, value, *, maximum: int, required: bool = True) -> int | None:
+    if value is None:
+        if required:
+            raise InvalidField(field, "required")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidField(field, f"must be a whole number, got {value!r}")
+    if not 1 <= value <= maximum:
+        raise InvalidField(field, f"must be between 1 and {maximum}, got {value}")
+    return value
+
+
+def _number(field: str, value, *, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidField(field, f"must be a number, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidField(field, f"must be between {low:g} and {high:g}, got {value:g}")
+    return float(value)
+
+
+def _choice(field: str, value, choices) -> str:
+    if value not in choices.values:
+        raise InvalidField(field, f"must be one of {', '.join(choices.values)}; got {value!r}")
+    return value
+
+
+def _checked_nodes(pool: Pool, nodes) -> list[str]:
+    if nodes is None:
+        return []
+    if not isinstance(nodes, list | tuple) or not all(isinstance(name, str) for name in nodes):
+        raise InvalidField("nodes", "must be a list of node names")
+    if len(nodes) > MAX_NODES:
+        raise InvalidField("nodes", f"at most {MAX_NODES} nodes")
+    if len(set(nodes)) != len(nodes):
+        raise InvalidField("nodes", "a node is named twice")
+    in_pool = set(EngineNode.objects.filter(pool=pool, name__in=nodes).values_list("name", flat=True))
+    outside = [name for name in nodes if name not in in_pool]
+    if outside:
+        raise InvalidField("nodes", f"not nodes of pool {pool.name}: {', '.join(sorted(outside)[:10])}")
+    return list(nodes)
+
+
+def _snapshot(run: ReplayRun) -> dict:
+    return {
+        "pool": run.pool.name,
+        "nodes": run.nodes,
+        "log": run.log_name,
+        "label": run.label,
+        "selection": run.selection,
+        "sample_size": run.sample_size,
+        "sample_seed": run.sample_seed,
+        "top_n": run.top_n,
+        "pacing": run.pacing,
+        "qps": run.qps,
+        "arrival": run.arrival,
+        "time_scale": run.time_scale,
+        "duration_cap_s": run.duration_cap_s,
+        "status": run.status,
+    }
+
+
+@mutating_service
+def replay_run_create(
+    *,
+    actor,
+    pool: Pool,
+    log,
+    reason: str,
+    selection: str = ReplayRun.Selection.ALL,
+    sample_size: int | None = None,
+    sample_seed: int | None = None,
+    top_n: int | None = None,
+    pacing: str = ReplayRun.Pacing.QPS,
+    qps: float | None = None,
+    arrival: str = ReplayRun.Arrival.POISSON,
+    time_scale: float | None = None,
+    turn_gap_s: float = 5.0,
+    duration_cap_s: int = 300,
+    nodes: list[str] | None = None,
+    label: str = "",
+    stream: bool = True,
+    seed: int = 0,
+    production_override_reason: str = "",
+) -> ReplayRun:
+    """Queue a replay of `log` against `pool` (or some of its nodes); it starts once committed (tasks.py)."""
+    reason = required_text("reason", reason)
+    if not isinstance(label, str) or len(label) > MAX_LABEL:
+        raise InvalidField("label", f"must be text of at most {MAX_LABEL} characters")
+    if log is None:
+        raise InvalidField("log", "required: the conversation log to replay")
+    selection = _choice("selection", selection, ReplayRun.Selection)
+    if selection == ReplayRun.Selection.SAMPLE:
+        sample_size = _positive_int("sample_size", sample_size, maximum=settings.REPLAY_MAX_REQUESTS)
+        if sample_seed is None:
+            sample_seed = 0
+        if isinstance(sample_seed, bool) or not isinstance(sample_seed, int) or abs(sample_seed) > 2**62:
+            raise InvalidField("sample_seed", f"must be a whole number, got {sample_seed!r}")
+    else:
+        sample_size = sample_seed = None
+    top_n = _positive_int("top_n", top_n, maximum=settings.REPLAY_MAX_REQUESTS) if selection == "top" else None
+    pacing = _choice("pacing", pacing, ReplayRun.Pacing)
+    if pacing == ReplayRun.Pacing.QPS:
+        if qps is None:
+            raise InvalidField("qps", "required with pacing qps")
+        qps = _number("qps", qps, low=0.01, high=settings.REPLAY_MAX_QPS)
+        arrival = _choice("arrival", arrival, ReplayRun.Arrival)
+        time_scale = None
+    else:
+        # The log's pace times 1/time_scale must stay under the QPS cap too; checked on the plan when the run starts.
+        time_scale = _number("time_scale", 1.0 if time_scale is None else time_scale, low=0.001, high=1000)
+        qps = None
+    turn_gap_s = _number("turn_gap_s", turn_gap_s, low=0, high=3600)
+    duration_cap_s = _positive_int("duration_cap_s", duration_cap_s, maximum=settings.REPLAY_MAX_DURATION_S)
+    if qps is not None and qps * duration_cap_s > settings.REPLAY_MAX_REQUESTS * 1.05:
+        raise InvalidField(
+            "duration_cap_s",
+            f"{qps:g} QPS for {duration_cap_s} s is about {qps * duration_cap_s:.0f} requests; "
+            f"a run sends at most {settings.REPLAY_MAX_REQUESTS}",
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > 2**62:
+        raise InvalidField("seed", f"must be a whole number, got {seed!r}")
+    node_names = _checked_nodes(pool, nodes)
+    override = (production_override_reason or "").strip()
+    if pool.is_production:
+        if not override:
+            raise InvalidField(
+                "pool",
+                f"{pool.name} is a production pool: replays run against non-production pools (an SRE or admin may "
+                "override with production_override_reason)",
+            )
+        if not actor.can(Action.PRODUCTION_OVERRIDE):
+            raise Forbidden("production_override_reason: only an SRE or admin may replay against a production pool")
+    elif override:
+        raise InvalidField("production_override_reason", f"{pool.name} is not a production pool; leave it empty")
+    with transaction.atomic():
+        run = ReplayRun.objects.create(
+            pool=pool,
+            nodes=node_names,
+            log_name=log.name,
+            label=label.strip(),
+            selection=selection,
+            sample_size=sample_size,
+            sample_seed=sample_seed,
+            top_n=top_n,
+            pacing=pacing,
+            qps=qps,
+            arrival=arrival,
+            time_scale=time_scale,
+            turn_gap_s=turn_gap_s,
+            duration_cap_s=duration_cap_s,
+            stream=bool(stream),
+            seed=seed,
+            created_by=actor,
+            reason=reason,
+            production_override_by=actor if override else None,
+            production_override_reason=override,
+            log=log,
+        )
+        after = _snapshot(run)
+        if override:
+            after["production_override"] = True
+            audit_record(actor=actor, action="replay.production_override", target=run, after=after, reason=override)
+        else:
+            audit_record(actor=actor, action="replay.create", target=run, after=after, reason=reason)
+        transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from controlplane.replays.tasks import replay_start_enqueue  # here: tasks import the lifecycle, which imports us
+
+    replay_start_enqueue(run_id)
+
+
+@mutating_service
+def replay_run_cancel(*, actor, run: ReplayRun, reason: str) -> ReplayRun:
+    """Ask a queued or running run to stop: its shares stop sending within a second; rows so far are kept."""
+    reason = required_text("reason", reason)
+    with transaction.atomic():
+        locked = ReplayRun.objects.select_for_update().get(pk=run.pk)
+        if not locked.is_active:
+            raise Conflict(f"status: replay {locked.pk} is already {locked.status}")
+        if locked.status == ReplayRun.Status.CANCELLING:
+            raise Conflict(f"status: replay {locked.pk} is already being cancelled")
+        before = locked.status
+        if locked.status == ReplayRun.Status.QUEUED:
+            # Nothing was sent yet: the start task finds it cancelled and does nothing.
+            locked.status = ReplayRun.Status.CANCELLED
+            locked.finished_at = timezone.now()
+        else:
+            locked.status = ReplayRun.Status.CANCELLING
+        locked.cancelled_by = actor
+        locked.save(update_fields=["status", "finished_at", "cancelled_by"])
+        audit_record(
+            actor=actor,
+            action="replay.cancel",
+            target=locked,
+            before={"status": before},
+            after={"status": locked.status},
+            reason=reason,
+        )
+        transaction.on_commit(lambda: _progress(locked.pk))
+    return locked
+
+
+def _progress(run_id: int) -> None:
+    from controlplane.replays.realtime import replay_progress
+
+    replay_progress(run_id)

@@ -1,0 +1,64 @@
+"""Background work of replay runs: the start (nodes, plan, key) and one task per share of the load."""
+
+import logging
+import threading
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections
+
+from controlplane.replays.lifecycle import replay_start
+from controlplane.replays.shares import replay_share
+
+logger = logging.getLogger(__name__)
+
+
+# A database gone when the start claims its run: tried again (the claim is a conditional UPDATE, so a run another
+# worker claimed meanwhile is a no-op). Everything after the claim ends the run failed with the reason instead.
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=3,
+    retry_backoff=5,
+    retry_jitter=False,
+)
+def replay_start_task(run_id: int) -> None:
+    """Start one queued run and hand its shares out; a vanished, claimed or cancelled run is a no-op."""
+    for share in replay_start(run_id):
+        replay_share_enqueue(*share)
+
+
+# Not retried: a share sends open loop on the run's clock; a second attempt would send its requests twice.
+@shared_task(ignore_result=True)
+def replay_share_task(run_id: int, index: int, key: str) -> None:
+    """Send one share of a running run (each share on its own worker: they run for the run's whole duration)."""
+    replay_share(run_id, index, key)
+
+
+def replay_start_enqueue(run_id: int) -> None:
+    """Hand a queued run to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
+
+    Eager tasks run inside the caller, and a run lasts minutes: the HTTP request that queued it must not wait.
+    """
+    _dispatch(replay_start_task, (run_id,), f"replay-{run_id}-start")
+
+
+def replay_share_enqueue(run_id: int, index: int, key: str) -> None:
+    _dispatch(replay_share_task, (run_id, index, key), f"replay-{run_id}-share-{index}")
+
+
+def _dispatch(task, args: tuple, name: str) -> None:
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        threading.Thread(target=_here, args=(task, args), name=name, daemon=True).start()
+    else:
+        task.delay(*args)
+
+
+def _here(task, args: tuple) -> None:
+    try:
+        task.apply(args=args)
+    except Exception:
+        logger.exception("%s%s failed", task.name, args)
+    finally:
+        connections.close_all()

@@ -1,0 +1,82 @@
+"""The replay API: start, list with filters, detail, cancel (twice is a 409), request rows paged, streamed export."""
+
+import json
+
+import pytest
+
+from controlplane.replays.models import ReplayRequest, ReplayRun
+from tests.factories import pools
+from tests.replays.logs import log_lines, store_log
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(users, settings, tmp_path):
+    settings.CONVERSATION_LOG_DIR = tmp_path
+    staging, _ = pools(users["sre"])
+    return {"staging": staging, "log": store_log(users["agent"], log_lines(5))}
+
+
+def start(api_for, **fields):
+    body = {"pool": "staging", "log": "festival-log", "reason": "baseline", "qps": 5, **fields}
+    return api_for("agent").post("/api/v1/replays/", body, format="json")
+
+
+def test_start_list_and_detail(world, api_for):
+    response = start(api_for, label="cap 256 baseline", selection="top", top_n=3, arrival="uniform")
+    assert response.status_code == 201, response.json()
+    run = response.json()
+    assert (run["status"], run["pool"], run["log"], run["label"]) == (
+        "queued",
+        "staging",
+        "festival-log",
+        "cap 256 baseline",
+    )
+    assert (run["selection"], run["top_n"], run["sample_size"], run["created_by"]) == ("top", 3, None, "agent")
+    listed = api_for("oncall").get("/api/v1/replays/", {"status": "queued", "pool": "staging"}).json()
+    assert [r["id"] for r in listed["results"]] == [run["id"]]
+    assert api_for("oncall").get("/api/v1/replays/", {"status": "running"}).json()["results"] == []
+    bad = api_for("oncall").get("/api/v1/replays/", {"status": "done"})
+    assert bad.status_code == 400 and "status" in bad.json()["error"]
+    assert api_for("oncall").get(f"/api/v1/replays/{run['id']}/").json()["reason"] == "baseline"
+
+
+def test_unknown_pool_or_log_or_field_is_named(world, api_for):
+    assert "pool" in start(api_for, pool="nowhere").json()["error"]
+    assert "log" in start(api_for, log="nothing").json()["error"]
+    response = start(api_for, qsp=5)
+    assert response.status_code == 400 and "qsp" in json.dumps(response.json())
+
+
+def test_cancel_a_queued_run_then_again(world, api_for):
+    run_id = start(api_for).json()["id"]
+    response = api_for("sre").post(f"/api/v1/replays/{run_id}/cancel/", {"reason": "wrong log"}, format="json")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    assert response.json()["cancelled_by"] == "sre"
+    again = api_for("sre").post(f"/api/v1/replays/{run_id}/cancel/", {"reason": "again"}, format="json")
+    assert again.status_code == 409 and "already cancelled" in again.json()["error"]
+    assert api_for("sre").post("/api/v1/replays/999999/cancel/", {"reason": "x"}, format="json").status_code == 404
+
+
+def test_request_rows_are_paged_in_order_and_exported_whole(world, api_for):
+    run = ReplayRun.objects.get(pk=start(api_for).json()["id"])
+    ReplayRequest.objects.bulk_create(
+        ReplayRequest(
+            run=run, seq=seq, conversation_id=f"c{seq}", node_name="n1", scheduled_at=seq / 5, ok=seq % 7 != 0
+        )
+        for seq in reversed(range(120))
+    )
+    page = api_for("oncall").get(f"/api/v1/replays/{run.pk}/requests/").json()
+    assert page["count"] == 120 and [r["seq"] for r in page["results"]] == list(range(50))
+    failed = api_for("oncall").get(f"/api/v1/replays/{run.pk}/requests/", {"ok": "false"}).json()
+    assert failed["count"] == 18 and all(not r["ok"] for r in failed["results"])
+    response = api_for("oncall").get(f"/api/v1/replays/{run.pk}/export/")
+    assert response["Content-Type"].startswith("text/csv")
+    lines = b"".join(response.streaming_content).decode().splitlines()
+    assert lines[0].startswith("seq,conversation_id,turn,intent") and len(lines) == 121
+    response = api_for("oncall").get(f"/api/v1/replays/{run.pk}/export/", {"format": "jsonl"})
+    rows = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+    assert [r["seq"] for r in rows] == list(range(120)) and rows[1]["conversation_id"] == "c1"
+    bad = api_for("oncall").get(f"/api/v1/replays/{run.pk}/export/", {"format": "xlsx"})
+    assert bad.status_code == 400 and "format" in bad.json()["error"]
