@@ -51,8 +51,8 @@ def run_records(*, run: ReplayRun) -> list[dict]:
 
 def run_is_simulated(*, run: ReplayRun, records: list[dict] | None = None) -> bool:
     """Whether any node the run sent to runs the vLLM-protocol simulator (its figures are not vLLM measurements)."""
-    label = str((run.pool_metrics or {}).get("label", "")).lower()
-    if "simulat" in label:
+    recorded = run.pool_metrics or {}
+    if recorded.get("simulated_nodes") or "simulat" in str(recorded.get("label", "")).lower():
         return True
     names = {r["node_name"] for r in records} if records is not None else set(run.nodes or [])
     if not names:

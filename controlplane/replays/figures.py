@@ -122,11 +122,16 @@ def intent_figures(ok_records: Sequence[Mapping]) -> dict:
     return {name: blocks[name] for name in order}
 
 
-POOL_METRIC_KEYS = ("kv_cache_usage", "batch_efficiency", "spec_acceptance_rate", "gpu_utilization")
+def _numbers(stats: Mapping) -> dict:
+    return {
+        k: round(float(v), DIGITS) for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def pool_metrics_summary(pool_metrics: Mapping | None) -> dict:
-    """The pool's own figures over the run window, as the replay recorded them (numbers only, label kept)."""
+    """The pool's own figures over the run window as the replay recorded them (controlplane/replays/pool_metrics.py):
+    each figure's mean and max (KV cache, batch efficiency, speculative acceptance, GPU utilisation, ...), the node
+    counts (simulated ones too) and the window; numbers only, besides the window's bounds and a label."""
     if not pool_metrics:
         return {}
     summary: dict = {}
@@ -135,12 +140,16 @@ def pool_metrics_summary(pool_metrics: Mapping | None) -> dict:
             continue
         if isinstance(value, int | float):
             summary[key] = round(float(value), DIGITS)
-        elif isinstance(value, str) and key in ("label", "source"):
+        elif isinstance(value, str) and key in ("label", "since", "until"):
             summary[key] = value
-        elif isinstance(value, Mapping):
-            numbers = {k: round(float(v), DIGITS) for k, v in value.items() if isinstance(v, int | float)}
-            if numbers:
-                summary[key] = numbers
+        elif key == "figures" and isinstance(value, Mapping):
+            for name, stats in value.items():
+                numbers = _numbers(stats) if isinstance(stats, Mapping) else {}
+                numbers.pop("samples", None)
+                if any(v is not None for v in numbers.values()) and numbers:
+                    summary[name] = numbers
+        elif isinstance(value, Mapping) and (numbers := _numbers(value)):
+            summary[key] = numbers
     return summary
 
 

@@ -9,7 +9,6 @@ from controlplane.accounts.roles import Action
 from controlplane.dashboard.access import page
 from controlplane.lib.errors import DomainError
 from controlplane.replays import figure_selectors as selectors
-from controlplane.replays.comparison_exports import flat_figures
 from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
 
@@ -52,7 +51,13 @@ def comparison_list(request):
     return render(
         request,
         "replays/comparison_list.html",
-        {"comparisons": selectors.comparisons()[:100], "runs": finished_runs(), "error": error},
+        {
+            "comparisons": selectors.comparisons()[:100],
+            "runs": finished_runs(),
+            "error": error,
+            # "Compare this run with others" ticks it (and makes it the baseline).
+            "preselected": set(request.POST.getlist("runs") or request.GET.getlist("runs")),
+        },
         status=400 if error else 200,
     )
 
@@ -108,9 +113,8 @@ def run_figures(request, pk: int):
 
 
 def figures_context(run: ReplayRun) -> dict:
-    """What `replays/_run_figures.html` needs: the payload and the flat figure rows."""
-    payload = selectors.run_figures_payload(run=run)
-    return {"run": run, "payload": payload, "flat": flat_figures(payload["figures"])}
+    """What `replays/_run_figures.html` needs (the run page adds it to its own context)."""
+    return {"run": run, "payload": selectors.run_figures_payload(run=run)}
 
 
 @page()

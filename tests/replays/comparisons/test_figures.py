@@ -91,11 +91,29 @@ def test_empty_run_has_no_figures_but_does_not_fail():
     assert figures["errors"]["error_rate"] is None
 
 
-def test_pool_metrics_summary_keeps_numbers_and_label():
-    summary = pool_metrics_summary(
-        {"kv_cache_usage": 0.41, "batch_efficiency": {"mean": 0.7, "note": "x"}, "label": "simulated", "bad": True}
-    )
-    assert summary == {"kv_cache_usage": 0.41, "batch_efficiency": {"mean": 0.7}, "label": "simulated"}
+def test_pool_metrics_summary_keeps_each_figures_mean_and_max():
+    recorded = {
+        "since": "2026-12-01T14:00:00+00:00",
+        "until": "2026-12-01T14:05:00+00:00",
+        "resolution_s": 1,
+        "simulated_nodes": 3,
+        "nodes": 3,
+        "figures": {
+            "kv_cache_usage": {"mean": 0.41, "max": 0.6, "samples": 300},
+            "batch_efficiency": {"mean": 0.7, "max": 0.74, "samples": 300},
+            "spec_acceptance_rate": {"mean": None, "max": None, "samples": 0},
+        },
+        "flag": True,
+    }
+    assert pool_metrics_summary(recorded) == {
+        "since": "2026-12-01T14:00:00+00:00",
+        "until": "2026-12-01T14:05:00+00:00",
+        "resolution_s": 1.0,
+        "simulated_nodes": 3.0,
+        "nodes": 3.0,
+        "kv_cache_usage": {"mean": 0.41, "max": 0.6},
+        "batch_efficiency": {"mean": 0.7, "max": 0.74},
+    }
     assert pool_metrics_summary(None) == {}
 
 

@@ -89,3 +89,19 @@ def test_run_figures_and_the_requests_behind_a_figure(oncall, two_runs):
     assert "requests." in text_of(behind)
     bad = client.get(reverse("dashboard:replay-figure-requests", args=[slow.pk]), {"figure": "nope"})
     assert bad.status_code == 400 and "figure: unknown figure" in text_of(bad)
+
+
+def test_the_run_page_shows_figures_of_a_finished_run_and_links_to_compare(agent, two_runs, staging, versions):
+    slow, _ = two_runs
+    client = client_for(agent)
+    page = client.get(reverse("dashboard:replay-detail", args=[slow.pk]))
+    body = page.content.decode()
+    assert page.status_code == 200 and 'data-intent="coupon"' in body
+    assert f"/replays/comparisons/?runs={slow.pk}" in body
+    running = finished_run(actor=agent, pool=staging, version=versions[0], n=10, status=ReplayRun.Status.RUNNING)
+    assert (
+        'data-intent="coupon"' not in client.get(reverse("dashboard:replay-detail", args=[running.pk])).content.decode()
+    )
+    assert 'data-testid="compare-runs"' in client.get(reverse("dashboard:replays")).content.decode()
+    preselected = client.get(reverse("dashboard:replay-comparisons"), {"runs": slow.pk}).content.decode()
+    assert re.search(rf'value="{slow.pk}" aria-label="compare run {slow.pk}" checked', preselected)
