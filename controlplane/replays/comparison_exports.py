@@ -5,6 +5,7 @@ import io
 import json
 
 from controlplane.lib.errors import InvalidField
+from controlplane.replays.export import FORMULA_PREFIXES
 
 FORMATS = ("json", "csv")
 SIMULATED_NOTE = "simulated: figures from the vLLM-protocol simulator, not vLLM measurements"
@@ -31,10 +32,17 @@ def flat_figures(figures: dict, prefix: str = "") -> list[tuple[str, object, obj
     return rows
 
 
+def _cell(value):
+    """Text a spreadsheet would run as a formula (a run label starting with `=`, say) is quoted; numbers stay."""
+    if isinstance(value, str) and value[:1] in FORMULA_PREFIXES:
+        return "'" + value
+    return value
+
+
 def _csv(rows: list[list]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerows(rows)
+    writer.writerows([_cell(value) for value in row] for row in rows)
     return buffer.getvalue()
 
 

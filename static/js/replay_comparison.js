@@ -2,6 +2,11 @@
 // Data comes from the page (json_script #comparison-charts); Plotly is served from the app.
 (function () {
   const data = JSON.parse(document.getElementById("comparison-charts").textContent);
+  // Plotly renders a subset of HTML in trace names (links among it): labels are people's text, so shown as text.
+  const plain = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  data.runs.forEach((run) => {
+    run.label = plain(run.label);
+  });
   const COLORS = ["#6b7385", "#2457d6", "#0f7b4f", "#a35b00", "#7b1fa2", "#b3261e"];
   const LINES = { warn: "#a35b00", critical: "#b3261e", target: "#7b1fa2" };
   const layoutBase = { margin: { l: 55, r: 10, t: 30, b: 40 }, legend: { orientation: "h", x: 0, y: 1.12 } };
@@ -48,7 +53,7 @@
     const bars = data.runs.map((run, i) => ({
       type: "bar",
       name: run.label,
-      x: intents,
+      x: intents.map(plain),
       y: intents.map((name) => (run.intents[name] ? run.intents[name].p99 : null)),
       marker: { color: COLORS[i % COLORS.length] },
     }));

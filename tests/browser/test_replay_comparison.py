@@ -65,3 +65,31 @@ def test_compare_two_runs_and_read_the_verdict(seeded, server_url, new_page, sho
     page.wait_for_url("**/figures/requests/?figure=latency.e2e_s.p99")
     assert page.locator("[data-testid=figure-requests] tbody tr").count() == 16  # ranks 1485..1500 of 1500 ok
     shot(page, "91-replay-figure-requests")
+
+
+def test_hostile_labels_stay_text_in_the_charts(seeded, server_url, new_page):
+    from controlplane.accounts.models import User
+    from controlplane.replays.comparison_services import replay_comparison_create
+    from controlplane.replays.models import ReplayRequest, ReplayRun
+
+    agent = User.objects.get(username="agent")
+    version = TemplateVersion.objects.get(template__name="chat-default", number=1)
+    staging = Pool.objects.get(name="staging")
+    runs = [finished_run(actor=agent, pool=staging, version=version, n=200, seed=i) for i in (1, 2)]
+    markup = '<a href="javascript:alert(1)">x</a><img src=x onerror="alert(2)">'
+    ReplayRun.objects.filter(pk=runs[1].pk).update(label=markup)
+    intent = '<a href="javascript:alert(3)">c</a>'  # intents are at most 64 characters
+    ReplayRequest.objects.filter(run__in=runs, seq__lt=40).update(intent=intent)
+    comparison = replay_comparison_create(actor=agent, run_ids=[r.pk for r in runs], resamples=100)
+
+    page = new_page()
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    login(page, server_url, "oncall")
+    page.goto(f"{server_url}/replays/comparisons/{comparison.pk}/")
+    page.locator("#chart-cdf[data-drawn='1'] .main-svg").first.wait_for()
+    page.locator("#chart-intents[data-drawn='1'] .main-svg").first.wait_for()
+    assert page.locator("#chart-cdf a, #chart-intents a, main img").count() == 0
+    assert '<a href="javascript:alert(1)">' in page.locator("#chart-cdf .legend").text_content()
+    assert intent in page.locator("#chart-intents .xaxislayer-above").text_content()
+    assert dialogs == []
