@@ -17,6 +17,7 @@ from controlplane.operations import api as operations
 from controlplane.params import api as params
 from controlplane.replays import api as replays
 from controlplane.replays import comparison_api as replay_comparisons
+from controlplane.tuning import api as tuning
 
 urlpatterns = [
     path("auth/token/", accounts.TokenIssue.as_view(), name="token-issue"),
@@ -137,6 +138,9 @@ urlpatterns = [
         replay_comparisons.ComparisonExport.as_view(),
         name="replay-comparison-export",
     ),
+    path("tuning-studies/", tuning.StudyList.as_view(), name="tuning-study-list"),
+    path("tuning-studies/<int:pk>/", tuning.StudyDetail.as_view(), name="tuning-study-detail"),
+    path("tuning-studies/<int:pk>/cancel/", tuning.StudyCancel.as_view(), name="tuning-study-cancel"),
     path("audit/", audit.AuditList.as_view(), name="audit-list"),
     path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

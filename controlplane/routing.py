@@ -15,6 +15,7 @@ from controlplane.metrics.consumers import MetricsConsumer
 from controlplane.nodes.agent_consumer import AgentConsumer
 from controlplane.nodes.consumers import PoolEventsConsumer
 from controlplane.replays.consumers import ReplayEventsConsumer
+from controlplane.tuning.consumers import TuningEventsConsumer
 
 
 def for_browsers(consumer):
@@ -30,6 +31,8 @@ websocket_urlpatterns = [
     path("ws/alerts/", for_browsers(AlertEventsConsumer)),
     path("ws/replays/", for_browsers(ReplayEventsConsumer)),
     path("ws/replays/<int:run>/", for_browsers(ReplayEventsConsumer)),
+    path("ws/tuning/", for_browsers(TuningEventsConsumer)),
+    path("ws/tuning/<int:study>/", for_browsers(TuningEventsConsumer)),
     path("ws/metrics/fleet/", for_browsers(MetricsConsumer)),
     path("ws/metrics/pools/<slug:pool>/", for_browsers(MetricsConsumer)),
     path("ws/metrics/nodes/<slug:node>/", for_browsers(MetricsConsumer)),

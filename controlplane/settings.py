@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "controlplane.metrics",
     "controlplane.alerts",
     "controlplane.replays",
+    "controlplane.tuning",
     "controlplane.dashboard",
 ]
 
@@ -318,6 +319,9 @@ SPECTACULAR_SETTINGS = {
         "ConversationLogSourceEnum": "controlplane.convlogs.models.ConversationLog.Source",
         "ConversationLogFormatEnum": "controlplane.convlogs.models.ConversationLog.Format",
         "LogAnalysisStatusEnum": "controlplane.convlogs.models.LogAnalysis.Status",
+        "TuningTrialStateEnum": "controlplane.tuning.models.TuningTrial.State",
+        # Replay runs and tuning studies share these states.
+        "RunStatusEnum": "controlplane.tuning.models.TuningStudy.Status",
     },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -389,6 +393,13 @@ REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
 # The Celery queue replay tasks go to (empty: the default queue). A share holds its worker for the whole run, so
 # production deployments give replays workers of their own (`celery worker -Q replays`) and set this.
 REPLAY_TASK_QUEUE = env_str("REPLAY_TASK_QUEUE")
+
+# Tuning studies: the most trials one study may ask for, how long a trial waits for the pool's nodes to ACK its
+# candidate (a cold field restarts vLLM and warms it up first), and the queue the study task goes to. A study's task
+# waits for its replays' shares for its whole run, so it needs a worker besides theirs.
+TUNING_MAX_TRIALS = env_int("TUNING_MAX_TRIALS", 200)
+TUNING_APPLY_TIMEOUT_S = env_int("TUNING_APPLY_TIMEOUT_S", 600)
+TUNING_TASK_QUEUE = env_str("TUNING_TASK_QUEUE")
 
 # Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
 # scrapes /metrics with, and the address links in notifications and exported rules point at.

@@ -35,6 +35,7 @@ class Action(models.TextChoices):
     CONVLOG_WRITE = "convlog.write"
     CONVLOG_IMPORT = "convlog.import"
     REPLAY_RUN = "replay.run"
+    TUNING_RUN = "tuning.run"
 
 
 _ALL = frozenset(Role)
@@ -75,6 +76,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # Replaying logs against a non-production pool is the tuning method's step before any publish: tuning staff run
     # it; against production only an SRE or admin, with a reason (PRODUCTION_OVERRIDE).
     Action.REPLAY_RUN: frozenset({Role.AGENT, Role.SRE, Role.ADMIN}),
+    # A tuning study publishes each of its candidates to a (non-production) pool: an operator's call, like a publish.
+    Action.TUNING_RUN: frozenset({Role.SRE, Role.ADMIN}),
 }
 
 

@@ -1,0 +1,90 @@
+"""The optimiser behind a study: an in-memory Optuna study rebuilt from our finished trials, asked for the next one.
+
+Optuna's own storage is not used: our TuningTrial rows are the record, so a study whose worker died resumes from
+them with the same sampler state it would have had (samplers are seeded; TPE sees the same history).
+"""
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from controlplane.tuning.space import Dimension, Objective
+
+CONSTRAINTS_ATTR = "constraints"
+optuna.logging.set_verbosity(logging.WARNING)
+
+
+def distributions(dims: Sequence[Dimension]) -> dict:
+    out = {}
+    for dim in dims:
+        if dim.type == "choice":
+            out[dim.path] = CategoricalDistribution(list(dim.choices))
+        elif dim.type == "int":
+            out[dim.path] = IntDistribution(int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
+        else:
+            out[dim.path] = FloatDistribution(dim.low, dim.high, step=dim.step, log=dim.log)
+    return out
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    # Optuna's convention: a value above 0 violates; our rows store one number per constraint.
+    return trial.user_attrs.get(CONSTRAINTS_ATTR, (1.0,))
+
+
+def sampler_for(name: str, dims: Sequence[Dimension], seed: int) -> optuna.samplers.BaseSampler:
+    """`tpe` (constraint-aware), `random`, or `grid` over every dimension's grid values, in a seeded order."""
+    if name == "grid":
+        return optuna.samplers.GridSampler({d.path: d.grid_values() for d in dims}, seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # A few random trials first, then TPE; small budgets are the point of a study, so the start-up is short.
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constraints_func=_constraints, multivariate=True)
+
+
+class Optimiser:
+    """Ask for a candidate; tell its measured value (or its failure). One per run of a study's task."""
+
+    def __init__(self, *, objective: str, sampler: str, dims: Sequence[Dimension], seed: int):
+        self.dims = list(dims)
+        self.distributions = distributions(self.dims)
+        self.study = optuna.create_study(
+            direction=Objective.DIRECTION[objective], sampler=sampler_for(sampler, self.dims, seed)
+        )
+
+    def replay_history(self, trials: Sequence[Mapping]) -> None:
+        """Feed finished trials back ({params, value, is_feasible, state}); a failed one counts as failed."""
+        for trial in trials:
+            params = {path: trial["params"][path] for path in self.distributions}
+            if trial["state"] == "complete" and trial["value"] is not None:
+                frozen = create_trial(
+                    params=params,
+                    distributions=self.distributions,
+                    value=trial["value"],
+                    user_attrs={CONSTRAINTS_ATTR: (0.0 if trial["is_feasible"] else 1.0,)},
+                    system_attrs={"constraints": (0.0 if trial["is_feasible"] else 1.0,)},
+                )
+            else:
+                frozen = create_trial(params=params, distributions=self.distributions, state=TrialState.FAIL)
+            self.study.add_trial(frozen)
+
+    def is_exhausted(self) -> bool:
+        """Whether a grid has no point left (a grid study ends there, whatever its budget)."""
+        sampler = self.study.sampler
+        if not isinstance(sampler, optuna.samplers.GridSampler):
+            return False
+        seen = {tuple(t.params[p] for p in self.distributions) for t in self.study.trials}
+        return len(seen) >= len(sampler._all_grids)
+
+    def ask(self) -> tuple[optuna.trial.Trial, dict]:
+        trial = self.study.ask(self.distributions)
+        return trial, dict(trial.params)
+
+    def tell(self, trial: optuna.trial.Trial, *, value: float | None, is_feasible: bool) -> None:
+        if value is None:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return
+        trial.set_user_attr(CONSTRAINTS_ATTR, (0.0 if is_feasible else 1.0,))
+        self.study.tell(trial, value)

@@ -1,0 +1,281 @@
+"""A study's run: ask the optimiser for a candidate, save it as a version, publish it to the study's non-production pool
+(audited with the study as the reason), wait for the nodes' ACKs (and warm-up after a cold change), replay, score.
+
+Runs inside one Celery task (tasks.py). The pool goes back to the version it ran before the study when the study ends.
+"""
+
+import logging
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.lib.errors import DomainError
+from controlplane.nodes.models import EngineNode, Pool, Rollout
+from controlplane.nodes.services import rollouts
+from controlplane.nodes.services.pools import pool_publish
+from controlplane.params.exceptions import StaleBaseVersion
+from controlplane.params.models import ParameterTemplate, TemplateVersion
+from controlplane.params.schema import ROOT
+from controlplane.params.services.templates import template_version_create
+from controlplane.replays.figure_selectors import run_records
+from controlplane.replays.figures import run_figures
+from controlplane.replays.models import ReplayRun
+from controlplane.replays.services import replay_run_cancel, replay_run_create
+from controlplane.tuning import space as search
+from controlplane.tuning.models import TuningStudy, TuningTrial
+from controlplane.tuning.optimiser import Optimiser
+from controlplane.tuning.realtime import study_progress
+
+logger = logging.getLogger(__name__)
+POLL_S = 0.25
+
+
+class TrialFailed(Exception):
+    """The candidate could not be measured; the message says why."""
+
+
+class StudyCancelled(Exception):
+    """Someone cancelled the study while a trial ran."""
+
+
+def dimensions(study: TuningStudy) -> list[search.Dimension]:
+    return [
+        search.Dimension(
+            path=d["path"],
+            type=d["type"],
+            apply=d["apply"],
+            low=d.get("low"),
+            high=d.get("high"),
+            step=d.get("step"),
+            log=d.get("log", False),
+            choices=tuple(d.get("choices", ())),
+        )
+        for d in study.space
+    ]
+
+
+def _cancelled(study_id: int) -> bool:
+    return TuningStudy.objects.filter(pk=study_id, status=TuningStudy.Status.CANCELLING).exists()
+
+
+def _history(study: TuningStudy) -> list[dict]:
+    return list(study.trials.exclude(state=TuningTrial.State.RUNNING).values("params", "value", "is_feasible", "state"))
+
+
+def study_run(study_id: int) -> None:
+    """Run a queued study to its end (budget spent, grid exhausted, cancelled or failed); a claimed one is a no-op."""
+    claimed = TuningStudy.objects.filter(pk=study_id, status=TuningStudy.Status.QUEUED).update(
+        status=TuningStudy.Status.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return
+    study = TuningStudy.objects.select_related("pool", "base_version__template", "log", "created_by").get(pk=study_id)
+    study_progress(study_id)
+    status, error = TuningStudy.Status.SUCCEEDED, ""
+    try:
+        optimiser = Optimiser(objective=study.objective, sampler=study.sampler, dims=dimensions(study), seed=study.seed)
+        optimiser.replay_history(_history(study))
+        while study.trials.count() < study.budget and not optimiser.is_exhausted():
+            if _cancelled(study_id):
+                raise StudyCancelled
+            ask, values = optimiser.ask()
+            trial = TuningTrial.objects.create(study=study, number=study.trials.count() + 1, params=values)
+            study_progress(study_id)
+            try:
+                trial_run(study, trial)
+            except StudyCancelled:
+                _end_trial(trial, state=TuningTrial.State.CANCELLED, error="the study was cancelled")
+                raise
+            optimiser.tell(ask, value=trial.value if trial.state == "complete" else None, is_feasible=trial.is_feasible)
+            _record_progress(study)
+    except StudyCancelled:
+        status = TuningStudy.Status.CANCELLED
+    except Exception as exc:
+        logger.exception("tuning study %s failed", study_id)
+        status, error = TuningStudy.Status.FAILED, str(exc)[:2000] or type(exc).__name__
+    finally:
+        _restore_pool(study)
+        _record_progress(study)
+        if _cancelled(study_id):
+            status = TuningStudy.Status.CANCELLED
+        TuningStudy.objects.filter(pk=study_id).update(status=status, error=error, finished_at=timezone.now())
+        study_progress(study_id)
+
+
+def _record_progress(study: TuningStudy) -> None:
+    trials = list(study.trials.values("id", "value", "is_feasible", "number"))
+    best = search.best_trial(study.objective, trials)
+    done = study.trials.exclude(state=TuningTrial.State.RUNNING).count()
+    TuningStudy.objects.filter(pk=study.pk).update(trials_done=done, best_trial_id=best["id"] if best else None)
+    study_progress(study.pk)
+
+
+def _end_trial(trial: TuningTrial, *, state: str, error: str = "") -> None:
+    trial.state, trial.error, trial.finished_at = state, error[:2000], timezone.now()
+    trial.save(update_fields=["state", "error", "finished_at"])
+
+
+def trial_run(study: TuningStudy, trial: TuningTrial) -> None:
+    """Measure one candidate; a candidate that cannot be measured ends the trial failed, not the study."""
+    try:
+        version = _save_candidate(study, trial)
+        trial.version = version
+        trial.save(update_fields=["version"])
+        _apply(study, version, trial)
+        _measure(study, trial)
+    except TrialFailed as exc:
+        _end_trial(trial, state=TuningTrial.State.FAILED, error=str(exc))
+
+
+def _save_candidate(study: TuningStudy, trial: TuningTrial) -> TemplateVersion:
+    params = search.candidate_params(study.base_version.params, trial.params)
+    changes = ", ".join(f"{path}={value}" for path, value in trial.params.items())
+    comment = f"{study} trial {trial.number} (from {study.base_version}): {changes}"
+    template = study.base_version.template
+    for _ in range(3):  # a person may save a version of the same template meanwhile; the base is the study's anyway
+        latest = ParameterTemplate.objects.get(pk=template.pk).latest_number
+        try:
+            return template_version_create(
+                actor=study.created_by, template=template, document={ROOT: params}, base_number=latest, comment=comment
+            )
+        except StaleBaseVersion:
+            continue
+        except DomainError as exc:
+            raise TrialFailed(f"the candidate is not a valid version: {exc.message}") from None
+    raise TrialFailed("the template kept changing while the candidate was saved")
+
+
+def _publish(study: TuningStudy, version: TemplateVersion, reason: str) -> None:
+    pool = Pool.objects.get(pk=study.pool_id)
+    if pool.is_production:  # the pool's flag changed after the study was created: never publish there
+        raise DomainError(f"pool: {pool.name} is now a production pool; the study stops")
+    pool_publish(actor=study.created_by, pool=pool, version=version, reason=reason)
+    # A study measures the candidate on the whole pool: a canary's stages are promoted at once (staging only).
+    while (rollout := Rollout.objects.filter(pool=pool, state__in=Rollout.ACTIVE).first()) is not None:
+        if set(rollout.canary_nodes) >= set(pool.nodes.values_list("name", flat=True)):
+            break
+        rollouts.rollout_promote(actor=study.created_by, rollout=rollout, reason=reason)
+
+
+def _apply(study: TuningStudy, version: TemplateVersion, trial: TuningTrial) -> None:
+    reason = f"{study} trial {trial.number}: {study.reason}"
+    try:
+        _publish(study, version, reason)
+    except DomainError as exc:
+        raise TrialFailed(f"publish to {study.pool.name} refused: {exc.message}") from None
+    _wait_applied(study, version)
+
+
+def _wait_applied(study: TuningStudy, version: TemplateVersion) -> None:
+    """Until every connected node of the pool runs `version` and serves (a cold change restarts and warms up first),
+    and the pool's rollout, if any, has ended."""
+    deadline = time.monotonic() + settings.TUNING_APPLY_TIMEOUT_S
+    content_hash = version.content_hash
+    while True:
+        if _cancelled(study.pk):
+            raise StudyCancelled
+        now = timezone.now()
+        nodes = list(EngineNode.objects.filter(pool_id=study.pool_id, is_connected=True))
+        nacked = [n for n in nodes if n.last_nack_hash == content_hash and n.last_nack_error]
+        if nacked:
+            raise TrialFailed(f"{nacked[0].name} refused the candidate (NACK): {nacked[0].last_nack_error[:300]}")
+        ready = [n for n in nodes if n.applied_version_id == version.pk and n.status(now) == EngineNode.Status.ONLINE]
+        if nodes and len(ready) == len(nodes):
+            rollout = Rollout.objects.filter(pool_id=study.pool_id, state__in=Rollout.ACTIVE).first()
+            if rollout is None:
+                return
+            rollouts.rollout_step(rollout_id=rollout.pk)
+        if time.monotonic() > deadline:
+            raise TrialFailed(
+                f"{len(ready)} of {len(nodes)} connected nodes ran the candidate "
+                f"after {settings.TUNING_APPLY_TIMEOUT_S} s"
+            )
+        time.sleep(POLL_S)
+
+
+def _replay(study: TuningStudy, trial: TuningTrial, qps: float) -> ReplayRun:
+    spec = study.replay_spec
+    run = replay_run_create(
+        actor=study.created_by,
+        pool=study.pool,
+        log=study.log,
+        reason=f"{study} trial {trial.number}: {study.reason}",
+        label=f"study {study.pk} trial {trial.number} @ {qps:g} QPS",
+        selection=spec["selection"],
+        sample_size=spec.get("sample_size"),
+        sample_seed=spec.get("sample_seed"),
+        top_n=spec.get("top_n"),
+        qps=qps,
+        arrival=spec["arrival"],
+        duration_cap_s=spec["duration_s"],
+        seed=study.seed,
+    )
+    while True:
+        run.refresh_from_db(fields=["status", "error"])
+        if run.status in (ReplayRun.Status.CANCELLED, ReplayRun.Status.SUCCEEDED, ReplayRun.Status.FAILED):
+            break
+        if _cancelled(study.pk):
+            cancelled_by = TuningStudy.objects.get(pk=study.pk).cancelled_by or study.created_by
+            if run.status in (ReplayRun.Status.QUEUED, ReplayRun.Status.RUNNING):
+                replay_run_cancel(actor=cancelled_by, run=run, reason=f"{study} was cancelled")
+            raise StudyCancelled
+        time.sleep(POLL_S)
+    if run.status != ReplayRun.Status.SUCCEEDED:
+        raise TrialFailed(f"replay {run.pk} ended {run.status}: {run.error[:300]}")
+    return run
+
+
+def _measure(study: TuningStudy, trial: TuningTrial) -> None:
+    constraints = search.Constraints(**study.constraints)
+    spec = study.replay_spec
+    ladder = spec.get("qps_ladder") or [spec["qps"]]
+    steps, last_run, last_values = [], None, {}
+    for qps in ladder:
+        run = _replay(study, trial, qps)
+        values = search.measured(run_figures(run_records(run=run), pool_metrics=run.pool_metrics))
+        broken = search.violations(values, constraints)
+        steps.append({"qps": qps, "run": run.pk, **values, "violations": broken})
+        last_run, last_values = run, values
+        trial.steps, trial.replay_run = steps, run
+        trial.save(update_fields=["steps", "replay_run"])
+        if broken:
+            break
+    if study.objective == search.Objective.MAX_QPS:
+        best = search.ladder_value(steps)
+        value, feasible, broken = (best or 0.0), best is not None, steps[0]["violations"] if best is None else []
+    else:
+        value = search.objective_value(study.objective, last_values)
+        broken = steps[-1]["violations"]
+        feasible = not broken and value is not None
+    with transaction.atomic():
+        trial.value = value
+        trial.measured = last_values
+        trial.is_feasible = feasible
+        trial.violations = broken
+        trial.replay_run = last_run
+        trial.state = TuningTrial.State.COMPLETE if value is not None else TuningTrial.State.FAILED
+        trial.error = "" if value is not None else "the replay measured nothing"
+        trial.finished_at = timezone.now()
+        trial.save()
+
+
+def _restore_pool(study: TuningStudy) -> None:
+    """Publish the version the pool ran before the study again (it may be changed by a person meanwhile: leave it)."""
+    before = study.pool_version_before
+    pool = Pool.objects.get(pk=study.pool_id)
+    trial_versions = set(study.trials.exclude(version=None).values_list("version_id", flat=True))
+    if before is None or pool.desired_version_id == before.pk or pool.desired_version_id not in trial_versions:
+        return
+    try:
+        _finish_rollout(study, pool)
+        pool_publish(actor=study.created_by, pool=pool, version=before, reason=f"{study} ended: back to {before}")
+    except DomainError as exc:
+        logger.warning("%s could not restore %s on %s: %s", study, before, pool.name, exc.message)
+
+
+def _finish_rollout(study: TuningStudy, pool: Pool) -> None:
+    rollout = Rollout.objects.filter(pool=pool, state__in=Rollout.ACTIVE).first()
+    if rollout is not None:
+        rollouts.rollout_abort(actor=study.created_by, rollout=rollout, reason=f"{study} ended")
