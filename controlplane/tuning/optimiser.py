@@ -13,7 +13,8 @@ from optuna.trial import TrialState, create_trial
 
 from controlplane.tuning.space import Dimension, Objective
 
-CONSTRAINTS_ATTR = "constraints"
+# One constraint, the SLO: Optuna counts a trial feasible when every constraint value is 0 or less.
+SLO = "slo"
 optuna.logging.set_verbosity(logging.WARNING)
 
 
@@ -29,19 +30,27 @@ def distributions(dims: Sequence[Dimension]) -> dict:
     return out
 
 
-def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
-    # Optuna's convention: a value above 0 violates; our rows store one number per constraint.
-    return trial.user_attrs.get(CONSTRAINTS_ATTR, (1.0,))
+def _slo(is_feasible: bool) -> float:
+    return 0.0 if is_feasible else 1.0
+
+
+class StudyGridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid, asked and told one trial at a time: it stops an `optimize` loop when the grid is done, which
+    ask-and-tell has not got; `Optimiser.is_exhausted` ends our loop instead."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
 
 
 def sampler_for(name: str, dims: Sequence[Dimension], seed: int) -> optuna.samplers.BaseSampler:
     """`tpe` (constraint-aware), `random`, or `grid` over every dimension's grid values, in a seeded order."""
     if name == "grid":
-        return optuna.samplers.GridSampler({d.path: d.grid_values() for d in dims}, seed=seed)
+        return StudyGridSampler({d.path: d.grid_values() for d in dims}, seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    # A few random trials first, then TPE; small budgets are the point of a study, so the start-up is short.
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, constraints_func=_constraints, multivariate=True)
+    # A few random trials first, then TPE (constraint-aware: it reads each trial's SLO constraint); small budgets are
+    # the point of a study, so the start-up is short.
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
 
 
 class Optimiser:
@@ -63,8 +72,7 @@ class Optimiser:
                     params=params,
                     distributions=self.distributions,
                     value=trial["value"],
-                    user_attrs={CONSTRAINTS_ATTR: (0.0 if trial["is_feasible"] else 1.0,)},
-                    system_attrs={"constraints": (0.0 if trial["is_feasible"] else 1.0,)},
+                    constraints={SLO: _slo(trial["is_feasible"])},
                 )
             else:
                 frozen = create_trial(params=params, distributions=self.distributions, state=TrialState.FAIL)
@@ -73,10 +81,7 @@ class Optimiser:
     def is_exhausted(self) -> bool:
         """Whether a grid has no point left (a grid study ends there, whatever its budget)."""
         sampler = self.study.sampler
-        if not isinstance(sampler, optuna.samplers.GridSampler):
-            return False
-        seen = {tuple(t.params[p] for p in self.distributions) for t in self.study.trials}
-        return len(seen) >= len(sampler._all_grids)
+        return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(self.study)
 
     def ask(self) -> tuple[optuna.trial.Trial, dict]:
         trial = self.study.ask(self.distributions)
@@ -86,5 +91,5 @@ class Optimiser:
         if value is None:
             self.study.tell(trial, state=TrialState.FAIL)
             return
-        trial.set_user_attr(CONSTRAINTS_ATTR, (0.0 if is_feasible else 1.0,))
+        trial.set_constraint(SLO, _slo(is_feasible))
         self.study.tell(trial, value)

@@ -90,6 +90,10 @@ def study_run(study_id: int) -> None:
                 raise
             optimiser.tell(ask, value=trial.value if trial.state == "complete" else None, is_feasible=trial.is_feasible)
             _record_progress(study)
+        measured = study.trials.filter(state=TuningTrial.State.COMPLETE).exists()
+        if not measured and study.trials.exists():
+            last = study.trials.order_by("-number").first()
+            status, error = TuningStudy.Status.FAILED, f"no trial was measured; the last: {last.error}"[:2000]
     except StudyCancelled:
         status = TuningStudy.Status.CANCELLED
     except Exception as exc:
