@@ -22,12 +22,14 @@ from controlplane.datasets.services.warmup import warmup_dataset_create
 from controlplane.nodes.models import ClientKey, EngineNode, Pool
 from controlplane.nodes.services.client_keys import client_key_create
 from controlplane.nodes.services.engine_nodes import node_create
-from controlplane.nodes.services.pools import pool_publish
+from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.operations.models import ConversationOverride
 from controlplane.replays.comparison_models import ReplayComparison
 from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
+from controlplane.tuning.models import TuningStudy
+from controlplane.tuning.services import study_create
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
@@ -181,6 +183,29 @@ MATRIX: tuple[Call, ...] = (
     Call("replay-cancel", "POST", WRITERS, 200, lambda: {"pk": _first(ReplayRun)}, {"reason": "wrong"}, writes=True),
     Call("replay-request-list", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}),
     Call("replay-request-export", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}, {"format": "jsonl"}),
+    Call("tuning-study-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "tuning-study-list",
+        "POST",
+        OPERATORS,
+        201,
+        data={
+            "pool": "staging",
+            "template": "chat",
+            "base_version": 2,
+            "log": "festival-log",
+            "space": [{"path": "batch.max_size", "type": "int", "low": 4, "high": 16}],
+            "objective": "min_p99",
+            "replay": {"qps": 5, "duration_s": 5},
+            "budget": 3,
+            "reason": "batch size for the festival",
+        },
+        writes=True,
+    ),
+    Call("tuning-study-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(TuningStudy)}),
+    Call(
+        "tuning-study-cancel", "POST", OPERATORS, 200, lambda: {"pk": _first(TuningStudy)}, {"reason": "x"}, writes=True
+    ),
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
     Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
@@ -506,6 +531,32 @@ def replay_comparison_world(request):
     replay_comparison_create(actor=agent, run_ids=[r.pk for r in runs], resamples=100)
 
 
+@pytest.fixture(autouse=True)
+def tuning_world(request):
+    """For the tuning rows only: log `festival-log`, pool `canary` (node gpu-7) and a queued study on it."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith("tuning-"):
+        return
+    world = request.getfixturevalue("world")
+    request.getfixturevalue("settings").CONVERSATION_LOG_DIR = request.getfixturevalue("tmp_path")
+    sre = request.getfixturevalue("users")["sre"]
+    log = store_log(sre, log_lines(3))
+    canary = pool_create(actor=sre, name="canary", is_production=False)
+    node_create(actor=sre, name="gpu-7", pool=canary)
+    study_create(
+        actor=sre,
+        pool=canary,
+        base_version=world["v2"],
+        log=log,
+        space=[{"path": "batch.max_size", "type": "int", "low": 4, "high": 16}],
+        objective="min_p99",
+        replay={"qps": 5, "duration_s": 5},
+        budget=2,
+        reason="queued study",
+    )
+
+
 def implemented_methods(pattern) -> set[str]:
     view = pattern.callback.cls(**pattern.callback.initkwargs)
     return set(view._allowed_methods()) - {"OPTIONS"}
@@ -582,8 +633,9 @@ def test_me_lists_the_actions_of_each_role(api_for):
         "intent.train",
         "warmup.write",
         "convlog.write",
+        "replay.run",
     }
-    assert {"pool.publish", "pool.production_override", "convlog.import"} <= allowed(Role.SRE)
+    assert {"pool.publish", "pool.production_override", "convlog.import", "tuning.run"} <= allowed(Role.SRE)
     assert "user.manage" not in allowed(Role.SRE)
     assert "user.manage" in allowed(Role.ADMIN)
 

@@ -32,6 +32,7 @@ from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
 from controlplane.replays import services as replays
 from controlplane.replays.comparison_services import replay_comparison_create
+from controlplane.tuning import services as tuning
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
@@ -129,6 +130,44 @@ def _with_replay_then(call):
             return call(w, replay)
 
         return _with_log_then(queue)(world)
+
+    return run
+
+
+def _with_study_then(call):
+    """Register node gpu-1 in staging and queue a tuning study of v2 on it, then run the call on it."""
+
+    def run(world):
+        from controlplane.tuning.services import study_create
+
+        def queue(w, log):
+            engine_nodes.node_create(actor=w["sre"], name="gpu-1", pool=w["staging"])
+            study = study_create(actor=w["sre"], **_study_args(w, log))
+            w["baseline"] = AuditEntry.objects.count()
+            return call(w, study)
+
+        return _with_log_then(queue)(world)
+
+    return run
+
+
+def _study_args(world, log) -> dict:
+    return {
+        "pool": world["staging"],
+        "base_version": world["v2"],
+        "log": log,
+        "space": [{"path": "batch.max_size", "type": "int", "low": 4, "high": 16}],
+        "objective": "min_p99",
+        "replay": {"qps": 5, "duration_s": 5},
+        "budget": 2,
+        "reason": "batch size for the festival",
+    }
+
+
+def _with_node_and_log_then(call):
+    def run(world):
+        engine_nodes.node_create(actor=world["sre"], name="gpu-1", pool=world["staging"])
+        return _with_log_then(call)(world)
 
     return run
 
@@ -294,6 +333,18 @@ CASES: dict[str, Case] = {
         "sre",
         "wrong log",
         _with_replay_then(lambda w, r: replays.replay_run_cancel(actor=w["sre"], run=r, reason="wrong log")),
+    ),
+    "controlplane.tuning.services.study_create": Case(
+        "tuning.create",
+        "sre",
+        "batch size for the festival",
+        _with_node_and_log_then(lambda w, log: tuning.study_create(actor=w["sre"], **_study_args(w, log))),
+    ),
+    "controlplane.tuning.services.study_cancel": Case(
+        "tuning.cancel",
+        "sre",
+        "wrong log",
+        _with_study_then(lambda w, s: tuning.study_cancel(actor=w["sre"], study=s, reason="wrong log")),
     ),
     "controlplane.alerts.services.rules.alert_rule_create": Case(
         "alert_rule.create",

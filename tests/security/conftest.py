@@ -5,3 +5,4 @@ from tests.engine_node.conftest import (  # noqa: F401 - fixtures, found by name
     tiny_model_dir,
     vllm_python,
 )
+from tests.tuning.conftest import tuning_world  # noqa: F401 - a fixture, found by name

@@ -1,0 +1,95 @@
+"""A tuning study never touches production: a production pool is refused for every role (admins too, and there is
+no override field), a pool that becomes production while a study runs gets no further candidate, only SREs and
+admins start or cancel one, and a hostile search space is refused naming its field with nothing stored."""
+
+import pytest
+from django.urls import reverse
+
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import Pool
+from controlplane.tuning.models import TuningStudy
+from controlplane.tuning.runner import study_run
+from controlplane.tuning.services import study_create
+from tests.tuning.conftest import study_args
+
+pytestmark = pytest.mark.django_db
+
+
+def body(**changes) -> dict:
+    data = {
+        "pool": "staging",
+        "template": "chat",
+        "base_version": 2,
+        "log": "festival-log",
+        "space": [{"path": "batch.max_size", "type": "int", "low": 4, "high": 16}],
+        "objective": "min_p99",
+        "replay": {"qps": 5, "duration_s": 5},
+        "budget": 3,
+        "reason": "batch size",
+    }
+    data.update(changes)
+    return data
+
+
+def post(client, data):
+    return client.post(reverse("api:tuning-study-list"), data, format="json")
+
+
+@pytest.mark.parametrize("role", ["admin", "sre"])
+def test_an_admin_cannot_tune_a_production_pool_through_the_api_nor_override_it(tuning_world, api_for, role):
+    response = post(api_for(role), body(pool="prod-main"))
+    assert response.status_code == 400
+    assert response.json()["detail"][0]["path"] == "pool" and "production" in response.json()["detail"][0]["message"]
+    response = post(api_for(role), body(pool="prod-main", production_override_reason="I know"))
+    assert response.status_code == 400 and "production_override_reason" in response.content.decode()
+    assert not TuningStudy.objects.exists() and not AuditEntry.objects.filter(action="tuning.create").exists()
+
+
+@pytest.mark.parametrize("role", ["agent", "oncall", None])
+def test_only_operators_start_a_study(tuning_world, api_for, role):
+    response = post(api_for(role), body())
+    assert response.status_code == (401 if role is None else 403)
+    assert not TuningStudy.objects.exists()
+
+
+def test_a_pool_turned_production_during_a_study_gets_no_candidate(tuning_world, sre, settings):
+    settings.TUNING_APPLY_TIMEOUT_S = 1
+    study = study_create(actor=sre, **study_args(tuning_world, budget=2))
+    publishes = AuditEntry.objects.filter(action="pool.publish").count()
+    Pool.objects.filter(pk=tuning_world["staging"].pk).update(is_production=True)
+    study_run(study.pk)
+    study.refresh_from_db()
+    assert study.status == "failed"
+    assert all("now a production pool" in t.error for t in study.trials.all())
+    assert AuditEntry.objects.filter(action="pool.publish").count() == publishes
+    assert Pool.objects.get(pk=tuning_world["staging"].pk).desired_version == tuning_world["v1"]
+
+
+@pytest.mark.parametrize(
+    ("space", "path"),
+    [
+        ([{"path": "engine.max_num_seqs\x00", "type": "int", "low": 1, "high": 2}], "space[0].path"),
+        ([{"path": "../../etc/passwd", "type": "int", "low": 1, "high": 2}], "space[0].path"),
+        ([{"path": "engine.extra_args", "type": "choice", "choices": ["--trust-remote-code"]}], "space[0].path"),
+        ([{"path": "engine.model", "type": "choice", "choices": ["evil/model"]}], "space[0].path"),
+        ([{"path": "engine.max_num_seqs", "type": "int", "low": 1, "high": 10**30}], "space[0].high"),
+        ([{"path": "engine.max_num_seqs", "type": "int", "low": 1, "high": 4096, "step": 1}] * 7, "space"),
+        ([{"path": "engine.quantization", "type": "choice", "choices": ["fp8"] * 40}], "space[0].choices"),
+        ({"path": "engine.max_num_seqs"}, "space"),
+    ],
+)
+def test_a_hostile_space_is_refused_naming_its_field(tuning_world, api_for, space, path):
+    response = post(api_for("admin"), body(space=space))
+    assert response.status_code == 400, response.content[:300]
+    assert response.json()["detail"][0]["path"] == path
+    assert not TuningStudy.objects.exists()
+
+
+def test_a_grid_too_large_to_run_is_refused(tuning_world, api_for):
+    space = [
+        {"path": "engine.max_num_seqs", "type": "int", "low": 1, "high": 4096},
+        {"path": "engine.max_num_batched_tokens", "type": "int", "low": 1, "high": 4096},
+    ]
+    response = post(api_for("sre"), body(space=space, sampler="grid"))
+    assert response.status_code == 400 and response.json()["detail"][0]["path"] == "space"
+    assert "points" in response.json()["detail"][0]["message"]
