@@ -1,0 +1,143 @@
+"""A small study end to end on a simulator agent (real agent, real daphne, Postgres/Redis as configured): each trial's
+candidate is saved, published to staging, ACKed after the engine's restart (a cold field), replayed and scored; the
+best is an unpublished version and staging returns to its version.
+
+The node is simulated (engine_node.simulator): the latencies here are the simulator's, not vLLM measurements.
+"""
+
+import pytest
+
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.replays.models import ReplayRun
+from controlplane.tuning.models import TuningStudy
+from controlplane.tuning.services import study_cancel, study_create
+from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.factories import legal_whitelist, template_with_versions
+from tests.live_server import Daphne
+from tests.replays.logs import log_lines, store_log
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+# Replies of ~24 tokens at half the default step time: ~0.12 s each alone, so one sequence at a time cannot keep up
+# with 20 QPS while 32 can.
+PROFILE = """
+latency:
+  time_scale: 0.5
+reply_length:
+  median: 24
+  sigma: 0.3
+  min: 8
+  max: 48
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path, sre, settings):
+    settings.CONVERSATION_LOG_DIR = tmp_path / "logs"
+    profile = tmp_path / "fast.yaml"
+    profile.write_text(PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    legal_whitelist(sre)
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    node, token = node_create(actor=sre, name="sim-1", pool=pool)
+    agent = AgentProcess(
+        name=node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+    )
+    try:
+        agent.start()
+        template, (v1,) = template_with_versions(sre)
+        pool_publish(actor=sre, pool=pool, version=v1, reason="tuning target")
+        wait_until(
+            lambda: (
+                EngineNode.objects.filter(is_connected=True, reported_status="online", applied_version=v1)
+                .exclude(gateway_url="")
+                .exists()
+            ),
+            60,
+            "the node online with v1",
+        )
+        yield {"pool": pool, "version": v1, "template": template, "log": store_log(sre, log_lines(200))}
+    finally:
+        agent.stop()
+        server.stop()
+
+
+def finished(study_id: int, timeout_s: float) -> TuningStudy:
+    return wait_until(
+        lambda: (s := TuningStudy.objects.get(pk=study_id)).status in ("succeeded", "failed", "cancelled") and s,
+        timeout_s,
+        "the study to end",
+        interval_s=0.5,
+    )
+
+
+def test_a_two_trial_grid_over_a_cold_field_measures_each_candidate_and_keeps_the_best_as_a_draft(fleet, sre):
+    study = study_create(
+        actor=sre,
+        pool=fleet["pool"],
+        base_version=fleet["version"],
+        log=fleet["log"],
+        space=[{"path": "engine.max_num_seqs", "type": "choice", "choices": [1, 32]}],
+        objective="min_p99",
+        replay={"qps": 20, "duration_s": 3, "arrival": "uniform"},
+        constraints={"p99_max_s": 30, "error_rate_max": 0.5},
+        budget=2,
+        sampler="grid",
+        seed=1,
+        reason="max_num_seqs on the simulator",
+    )
+    study = finished(study.pk, 240)
+    assert study.status == "succeeded", study.error
+    trials = list(study.trials.order_by("number").select_related("version", "replay_run"))
+    assert [t.state for t in trials] == ["complete", "complete"]
+    by_seqs = {t.params["engine.max_num_seqs"]: t for t in trials}
+    assert set(by_seqs) == {1, 32}
+    for trial in trials:
+        run = trial.replay_run
+        # The replay ran on the candidate: the pool's version when it started is the trial's own.
+        assert run.status == "succeeded" and run.template_version == trial.version
+        assert run.template_hash == trial.version.content_hash
+        assert trial.version.params["engine"]["max_num_seqs"] == trial.params["engine.max_num_seqs"]
+        assert trial.measured["requests"] == run.planned >= 60 and trial.value == trial.measured["p99_s"] > 0
+        assert trial.is_feasible and trial.steps[0]["run"] == run.pk
+    # One sequence at a time queues the rest: its P99 is the worse one, so the best is 32.
+    assert by_seqs[1].value > by_seqs[32].value
+    assert study.best_trial == by_seqs[32] and study.trials_done == 2
+    # Staging is back on v1; the best candidate is a saved version, never published by the study except as a trial.
+    assert Pool.objects.get(pk=fleet["pool"].pk).desired_version == fleet["version"]
+    reasons = list(AuditEntry.objects.filter(action="pool.publish").order_by("id").values_list("reason", flat=True))
+    assert reasons[-3:] == [
+        f"study {study.pk} trial 1: max_num_seqs on the simulator",
+        f"study {study.pk} trial 2: max_num_seqs on the simulator",
+        f"study {study.pk} ended: back to chat v1",
+    ]
+    wait_until(
+        lambda: EngineNode.objects.filter(applied_version=fleet["version"], reported_status="online").exists(),
+        60,
+        "the node back on v1",
+    )
+
+
+def test_a_cancelled_study_cancels_its_replay_and_starts_no_further_trial(fleet, sre):
+    study = study_create(
+        actor=sre,
+        pool=fleet["pool"],
+        base_version=fleet["version"],
+        log=fleet["log"],
+        space=[{"path": "batch.max_size", "type": "int", "low": 4, "high": 16}],
+        objective="max_throughput",
+        replay={"qps": 5, "duration_s": 60},
+        budget=5,
+        reason="cancel me",
+    )
+    wait_until(lambda: ReplayRun.objects.filter(status="running").exists(), 60, "the first trial's replay running")
+    study_cancel(actor=sre, study=TuningStudy.objects.get(pk=study.pk), reason="wrong log")
+    study = finished(study.pk, 30)
+    assert study.status == "cancelled"
+    assert list(study.trials.values_list("state", flat=True)) == ["cancelled"]
+    assert ReplayRun.objects.get().status == "cancelled"
+    assert Pool.objects.get(pk=fleet["pool"].pk).desired_version == fleet["version"]
