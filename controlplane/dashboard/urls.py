@@ -17,6 +17,7 @@ from controlplane.dashboard.views import (
     replay_comparisons,
     replays,
     templates,
+    tuning,
     warmup,
     whitelists,
 )
@@ -88,6 +89,10 @@ urlpatterns = [
     path("replays/new/", replays.replay_new, name="replay-new"),
     path("replays/<int:pk>/", replays.replay_detail, name="replay-detail"),
     path("replays/<int:pk>/cancel/", replays.replay_cancel, name="replay-cancel"),
+    path("tuning/", tuning.study_list, name="tuning"),
+    path("tuning/new/", tuning.study_new, name="tuning-new"),
+    path("tuning/<int:pk>/", tuning.study_detail, name="tuning-study"),
+    path("tuning/<int:pk>/cancel/", tuning.study_cancel, name="tuning-cancel"),
     path("audit/", audit.audit_log, name="audit"),
     path("users/", accounts.user_list, name="users"),
     path("users/<str:username>/", accounts.user_update, name="user-update"),
