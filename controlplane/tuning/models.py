@@ -90,7 +90,8 @@ class TuningTrial(models.Model):
     version = models.ForeignKey(
         "params.TemplateVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="tuning_trials"
     )
-    # The run whose figures are the trial's (for a QPS ladder: the highest step measured).
+    # The run whose figures are the trial's (for a QPS ladder: the highest step that met the constraints, else the
+    # first).
     replay_run = models.ForeignKey(
         "replays.ReplayRun", null=True, blank=True, on_delete=models.PROTECT, related_name="tuning_trials"
     )

@@ -30,6 +30,7 @@ from controlplane.tuning.realtime import study_progress
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.25
+CANCEL_WAIT_S = 15
 
 
 class TrialFailed(Exception):
@@ -224,6 +225,13 @@ def _replay(study: TuningStudy, trial: TuningTrial, qps: float) -> ReplayRun:
             cancelled_by = TuningStudy.objects.get(pk=study.pk).cancelled_by or study.created_by
             if run.status in (ReplayRun.Status.QUEUED, ReplayRun.Status.RUNNING):
                 replay_run_cancel(actor=cancelled_by, run=run, reason=f"{study} was cancelled")
+            # Its shares stop within a second; the pool goes back to its version only once nothing is sent.
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while (
+                time.monotonic() < deadline
+                and not ReplayRun.objects.filter(pk=run.pk, status__in=ReplayRun.FINISHED).exists()
+            ):
+                time.sleep(POLL_S)
             raise StudyCancelled
         time.sleep(POLL_S)
     if run.status != ReplayRun.Status.SUCCEEDED:
@@ -235,24 +243,29 @@ def _measure(study: TuningStudy, trial: TuningTrial) -> None:
     constraints = search.Constraints(**study.constraints)
     spec = study.replay_spec
     ladder = spec.get("qps_ladder") or [spec["qps"]]
-    steps, last_run, last_values = [], None, {}
+    steps, runs = [], {}
     for qps in ladder:
         run = _replay(study, trial, qps)
         values = search.measured(run_figures(run_records(run=run), pool_metrics=run.pool_metrics))
         broken = search.violations(values, constraints)
         steps.append({"qps": qps, "run": run.pk, **values, "violations": broken})
-        last_run, last_values = run, values
+        runs[run.pk] = run
         trial.steps, trial.replay_run = steps, run
         trial.save(update_fields=["steps", "replay_run"])
         if broken:
             break
+    # The trial's figures: its one replay, or on a ladder the highest step that met the constraints (else the first).
+    kept = steps[-1]
     if study.objective == search.Objective.MAX_QPS:
         best = search.ladder_value(steps)
-        value, feasible, broken = (best or 0.0), best is not None, steps[0]["violations"] if best is None else []
+        kept = next(step for step in steps if step["qps"] == best) if best is not None else steps[0]
+        value, feasible, broken = (best or 0.0), best is not None, kept["violations"]
     else:
-        value = search.objective_value(study.objective, last_values)
-        broken = steps[-1]["violations"]
+        value = search.objective_value(study.objective, kept)
+        broken = kept["violations"]
         feasible = not broken and value is not None
+    last_run = runs[kept["run"]]
+    last_values = {key: kept[key] for key in kept if key not in ("qps", "run", "violations")}
     with transaction.atomic():
         trial.value = value
         trial.measured = last_values

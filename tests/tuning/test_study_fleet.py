@@ -141,3 +141,28 @@ def test_a_cancelled_study_cancels_its_replay_and_starts_no_further_trial(fleet,
     assert list(study.trials.values_list("state", flat=True)) == ["cancelled"]
     assert ReplayRun.objects.get().status == "cancelled"
     assert Pool.objects.get(pk=fleet["pool"].pk).desired_version == fleet["version"]
+
+
+def test_a_qps_ladder_stops_at_the_first_step_that_misses_the_slo(fleet, sre):
+    study = study_create(
+        actor=sre,
+        pool=fleet["pool"],
+        base_version=fleet["version"],
+        log=fleet["log"],
+        space=[{"path": "engine.max_num_seqs", "type": "choice", "choices": [2]}],
+        objective="max_qps",
+        replay={"qps_ladder": [4, 60, 80], "duration_s": 2, "arrival": "uniform"},
+        constraints={"p99_max_s": 1.0, "error_rate_max": 0.005},
+        budget=1,
+        reason="sustained QPS",
+    )
+    study = finished(study.pk, 120)
+    assert study.status == "succeeded", study.error
+    trial = study.trials.get()
+    # Two sequences at a time keep up with 4 QPS, not with 60: the 80 QPS step is never run.
+    assert [step["qps"] for step in trial.steps] == [4, 60]
+    assert trial.steps[0]["violations"] == [] and trial.steps[1]["violations"]
+    assert trial.value == 4 and trial.is_feasible and trial.violations == []
+    # The trial's figures are the 4 QPS step's; both replays are recorded in its steps.
+    assert trial.replay_run_id == trial.steps[0]["run"] and trial.measured["p99_s"] == trial.steps[0]["p99_s"]
+    assert sorted(ReplayRun.objects.values_list("pk", flat=True)) == sorted(s["run"] for s in trial.steps)
