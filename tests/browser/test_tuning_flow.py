@@ -49,7 +49,7 @@ def test_sre_starts_a_study_follows_it_live_and_finds_the_best_draft(seeded, new
         page = new_page()
         login(page, server.url, "sre")
         page_errors = []
-        page.on("pageerror", page_errors.append)
+        page.on("pageerror", lambda error: page_errors.append(error))
         page.goto(f"{server.url}/tuning/new/")
         pools = page.locator("select[name=pool] option").all_inner_texts()
         assert "staging" in pools and "prod-main" not in pools
