@@ -124,7 +124,7 @@ def _measure(record: ImpactRecord) -> None:
     else:
         record.outcome = conclusions.overall_outcome(record.conclusions)
         record.outcome_reason = conclusions.outcome_sentence(
-            record.outcome, record.conclusions, record.before, record.after, record.load
+            record.conclusions, record.before, record.after, record.load
         )
 
 

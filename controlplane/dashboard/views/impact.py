@@ -50,6 +50,7 @@ def record_detail(request, pk):
             "before": record.before.get(figure.key) or {},
             "after": record.after.get(figure.key) or {},
             "verdict": record.conclusions.get(figure.key) or {},
+            "label": ((record.conclusions.get(figure.key) or {}).get("verdict") or "unknown").replace("_", " "),
         }
         for figure in conclusions.FIGURES
     ]
