@@ -65,6 +65,8 @@ bench: install-dev
 	$(BIN)/python bench/policy_hostile.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/simulator_profile.py
+	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/log_analysis.py
 	$(BIN)/python bench/replay_comparison.py
 
 clean:

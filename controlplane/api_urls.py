@@ -7,6 +7,7 @@ from controlplane.accounts import api as accounts
 from controlplane.alerts import api as alerts
 from controlplane.audit import api as audit
 from controlplane.catalog import api as catalog
+from controlplane.convlogs import api as convlogs
 from controlplane.datasets import api as datasets
 from controlplane.metrics import api as metrics
 from controlplane.nodes import api as nodes
@@ -78,6 +79,20 @@ urlpatterns = [
         name="intent-model-detail",
     ),
     path("intent-releases/", datasets.IntentModelReleaseList.as_view(), name="intent-release-list"),
+    path("conversation-logs/", convlogs.ConversationLogList.as_view(), name="conversation-log-list"),
+    path("conversation-logs/import/", convlogs.ConversationLogImport.as_view(), name="conversation-log-import"),
+    path("conversation-logs/<slug:name>/", convlogs.ConversationLogDetail.as_view(), name="conversation-log-detail"),
+    path("conversation-logs/<slug:name>/analyses/", convlogs.LogAnalysisList.as_view(), name="log-analysis-list"),
+    path(
+        "conversation-logs/<slug:name>/analyses/<int:pk>/",
+        convlogs.LogAnalysisDetail.as_view(),
+        name="log-analysis-detail",
+    ),
+    path(
+        "conversation-logs/<slug:name>/analyses/<int:pk>/apply/",
+        convlogs.LogAnalysisApply.as_view(),
+        name="log-analysis-apply",
+    ),
     path("warmup-datasets/", datasets.WarmupDatasetList.as_view(), name="warmup-dataset-list"),
     path("warmup-datasets/<slug:name>/", datasets.WarmupDatasetDetail.as_view(), name="warmup-dataset-detail"),
     path("warmup-datasets/<slug:name>/versions/", datasets.WarmupVersionList.as_view(), name="warmup-version-list"),

@@ -9,6 +9,7 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
 from controlplane.alerts.consumers import AlertEventsConsumer
+from controlplane.convlogs.consumers import LogAnalysisEventsConsumer
 from controlplane.datasets.consumers import IntentModelEventsConsumer
 from controlplane.metrics.consumers import MetricsConsumer
 from controlplane.nodes.agent_consumer import AgentConsumer
@@ -25,6 +26,7 @@ websocket_urlpatterns = [
     path("ws/pools/", for_browsers(PoolEventsConsumer)),
     path("ws/pools/<slug:pool>/", for_browsers(PoolEventsConsumer)),
     path("ws/intent-models/", for_browsers(IntentModelEventsConsumer)),
+    path("ws/conversation-logs/", for_browsers(LogAnalysisEventsConsumer)),
     path("ws/alerts/", for_browsers(AlertEventsConsumer)),
     path("ws/replays/", for_browsers(ReplayEventsConsumer)),
     path("ws/replays/<int:run>/", for_browsers(ReplayEventsConsumer)),

@@ -226,6 +226,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 5.0,
         "options": {"expires": 10},
     },
+    # Every 30 s: a replay whose worker died would stay "running" for ever; overdue means minutes late (the request
+    # timeout plus a minute past its schedule), so a slower pass changes nothing that matters.
+    "replays-reap": {
+        "task": "controlplane.replays.tasks.replay_runs_reap_task",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.
@@ -308,6 +315,9 @@ SPECTACULAR_SETTINGS = {
         "IncidentStateEnum": "controlplane.alerts.models.AlertGroup.State",
         "IntentModelStatusEnum": "controlplane.datasets.models.IntentModel.Status",
         "ClientKeyKindEnum": "controlplane.nodes.models.ClientKey.Kind",
+        "ConversationLogSourceEnum": "controlplane.convlogs.models.ConversationLog.Source",
+        "ConversationLogFormatEnum": "controlplane.convlogs.models.ConversationLog.Format",
+        "LogAnalysisStatusEnum": "controlplane.convlogs.models.LogAnalysis.Status",
     },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -376,6 +386,9 @@ REPLAY_SHARE_QPS = env_int("REPLAY_SHARE_QPS", 100)
 REPLAY_MAX_SHARES = env_int("REPLAY_MAX_SHARES", 16)
 REPLAY_KEY_WAIT_S = env_int("REPLAY_KEY_WAIT_S", 30)
 REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
+# The Celery queue replay tasks go to (empty: the default queue). A share holds its worker for the whole run, so
+# production deployments give replays workers of their own (`celery worker -Q replays`) and set this.
+REPLAY_TASK_QUEUE = env_str("REPLAY_TASK_QUEUE")
 
 # Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
 # scrapes /metrics with, and the address links in notifications and exported rules point at.

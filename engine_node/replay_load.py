@@ -8,6 +8,7 @@ headers), time to first token when streamed, end to end, usage and continuation 
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -15,6 +16,15 @@ from dataclasses import dataclass
 import aiohttp
 
 ERROR_CHARS = 300
+# What a node reports is bounded before it is stored: counts fit the row's columns, confidences are finite.
+MAX_COUNT = 2**31 - 1
+MAX_ROUNDS = 32767
+
+
+def _count(value, maximum: int = MAX_COUNT) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        return None
+    return value
 
 
 @dataclass(frozen=True)
@@ -56,23 +66,23 @@ def read_decision(outcome: Outcome, headers) -> None:
     outcome.tier_rule = headers.get("X-Policy-Rule", "")[:32]
     outcome.node = headers.get("X-Engine-Node", "")[:64]
     max_tokens = headers.get("X-Policy-Max-Tokens", "")
-    outcome.max_tokens = int(max_tokens) if max_tokens.isdigit() else None
+    outcome.max_tokens = _count(int(max_tokens)) if max_tokens.isdigit() else None
     intent, _, confidence = headers.get("X-Policy-Intent", "").partition(";confidence=")
     outcome.intent = intent[:64]
     try:
-        outcome.intent_confidence = float(confidence) if confidence else None
+        value = float(confidence) if confidence else None
     except ValueError:
-        outcome.intent_confidence = None
+        value = None
+    outcome.intent_confidence = value if value is not None and math.isfinite(value) else None
     rounds = headers.get("X-Continuation-Rounds", "")
     if rounds.isdigit():
-        outcome.continuation_rounds = int(rounds)
+        outcome.continuation_rounds = _count(int(rounds), MAX_ROUNDS)
 
 
 def read_usage(outcome: Outcome, usage) -> None:
     if isinstance(usage, dict):
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        outcome.prompt_tokens = prompt if isinstance(prompt, int) else None
-        outcome.reply_tokens = completion if isinstance(completion, int) else None
+        outcome.prompt_tokens = _count(usage.get("prompt_tokens"))
+        outcome.reply_tokens = _count(usage.get("completion_tokens"))
 
 
 async def chat_once(session: aiohttp.ClientSession, shot: Shot, outcome: Outcome, started: float) -> None:
@@ -113,7 +123,7 @@ async def _read_stream(response: aiohttp.ClientResponse, outcome: Outcome, start
             if outcome.ttft_s is None and (choice.get("delta") or {}).get("content"):
                 outcome.ttft_s = time.monotonic() - started
         if "x_continuation_rounds" in event:
-            outcome.continuation_rounds = int(event["x_continuation_rounds"])
+            outcome.continuation_rounds = _count(event["x_continuation_rounds"], MAX_ROUNDS)
         if event.get("usage"):
             read_usage(outcome, event["usage"])
 

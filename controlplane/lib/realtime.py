@@ -63,6 +63,20 @@ def intent_models_group() -> str:
     return "intent-models"
 
 
+def conversation_logs_group() -> str:
+    """Browsers watching conversation-log analyses (the conversation logs pages)."""
+    return "conversation-logs"
+
+
+class LogAnalysisProgress(TypedDict):
+    type: str  # "log_analysis.progress": LogAnalysisEventsConsumer.log_analysis_progress
+    analysis_id: int
+    log: str
+    status: str
+    progress: int  # 0-100
+    progress_text: str
+
+
 class IntentModelProgress(TypedDict):
     type: str  # "intent_model.progress": IntentModelEventsConsumer.intent_model_progress
     model_id: int

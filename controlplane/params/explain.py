@@ -27,6 +27,11 @@ def _classifier(model_id: int | None) -> IntentClassifier:
     return IntentClassifier.from_document(json.loads(intent_model_document_text(model_id)), source=f"model {model_id}")
 
 
+def intent_classifier(model_id: int | None) -> IntentClassifier:
+    """The classifier a pool's gateways run: the built-in one (None) or a published model, cached per process."""
+    return _classifier(model_id)
+
+
 def version_explain(*, version: TemplateVersion, body: dict, pool: Pool | None = None) -> dict:
     """The decision for `body` (`message`, `business_tag`, `conversation_id`, `max_tokens`, `prompt_tokens`)."""
     if pool is not None:

@@ -244,3 +244,34 @@ def add_progress(run_id: int, *, sent: int, done: int, errors: int) -> str:
             sent=F("sent") + sent, done=F("done") + done, errors=F("errors") + errors
         )
     return ReplayRun.objects.filter(pk=run_id).values_list("status", flat=True).first() or ReplayRun.Status.CANCELLED
+
+
+# Past its last due time, a run's shares get the request timeout and this much more to report their end.
+REAP_GRACE_S = 60
+
+
+def replay_runs_reap(*, now: float | None = None) -> list[int]:
+    """End runs whose shares never reported their end (a worker stopped or was killed): failed, key revoked.
+
+    A running run is overdue once its schedule's end plus the request timeout plus REAP_GRACE_S has passed; one that
+    never got a schedule, once its start has had the key wait plus REAP_GRACE_S twice over."""
+    now = time.time() if now is None else now
+    overdue = []
+    active = ReplayRun.objects.filter(status__in=[ReplayRun.Status.RUNNING, ReplayRun.Status.CANCELLING])
+    for run_id, schedule_start, duration, started_at in active.values_list(
+        "pk", "schedule_start", "duration_cap_s", "started_at"
+    ):
+        if schedule_start is not None:
+            late = now > schedule_start + duration + settings.REPLAY_REQUEST_TIMEOUT_S + REAP_GRACE_S
+        else:
+            late = started_at is not None and now > started_at.timestamp() + 2 * (
+                settings.REPLAY_KEY_WAIT_S + REAP_GRACE_S
+            )
+        if late:
+            overdue.append(run_id)
+    for run_id in overdue:
+        ReplayRun.objects.filter(pk=run_id, error="").update(
+            error="its shares did not report their end in time (a worker stopped?)"
+        )
+        replay_finish(run_id)
+    return overdue

@@ -1,6 +1,8 @@
 """Reads of replay runs: the list with its filters, one run, its request rows in order."""
 
-from controlplane.lib.errors import InvalidField
+import re
+
+from controlplane.lib.errors import SLUG_PATTERN, InvalidField
 from controlplane.replays.models import ReplayRequest, ReplayRun
 
 RUN_RELATED = ("pool", "created_by", "production_override_by", "cancelled_by", "template_version__template")
@@ -9,7 +11,8 @@ RUN_RELATED = ("pool", "created_by", "production_override_by", "cancelled_by", "
 def replay_runs(*, pool: str | None = None, status: str | None = None):
     runs = ReplayRun.objects.select_related(*RUN_RELATED)
     if pool:
-        runs = runs.filter(pool__name=pool)
+        # Only a pool name can match; anything else (a NUL byte, say) matches nothing rather than reaching SQL.
+        runs = runs.filter(pool__name=pool) if re.fullmatch(SLUG_PATTERN, pool) else runs.none()
     if status:
         if status not in ReplayRun.Status.values:
             raise InvalidField("status", f"must be one of {', '.join(ReplayRun.Status.values)}; got {status!r}")

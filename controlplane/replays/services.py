@@ -1,6 +1,7 @@
 """Audited writes to replay runs: start one (refused on production without an SRE's override), cancel one."""
 
 import math
+import re
 
 from django.conf import settings
 from django.db import transaction
@@ -8,7 +9,7 @@ from django.utils import timezone
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
-from controlplane.lib.errors import Conflict, Forbidden, InvalidField, required_text
+from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Conflict, Forbidden, InvalidField, required_text
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.replays.models import ReplayRun
 
@@ -49,6 +50,9 @@ def _checked_nodes(pool: Pool, nodes) -> list[str]:
         raise InvalidField("nodes", "must be a list of node names")
     if len(nodes) > MAX_NODES:
         raise InvalidField("nodes", f"at most {MAX_NODES} nodes")
+    for name in nodes:
+        if not re.fullmatch(SLUG_PATTERN, name):
+            raise InvalidField("nodes", f"{name[:64]!r} is not a node name ({SLUG_RULE})")
     if len(set(nodes)) != len(nodes):
         raise InvalidField("nodes", "a node is named twice")
     in_pool = set(EngineNode.objects.filter(pool=pool, name__in=nodes).values_list("name", flat=True))

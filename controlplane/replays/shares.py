@@ -24,6 +24,8 @@ from engine_node.replay_load import Outcome, Shot, open_loop
 logger = logging.getLogger(__name__)
 
 FLUSH_EVERY_S = 0.5
+# Achieved QPS and P99 so far read every row of the run: one share (index 0) works them out, this often.
+LIVE_FIGURES_EVERY_S = 2.0
 BATCH_ROWS = 500
 # Requests still in flight when a cancel arrives get this long before they are cut (recorded as "cancelled").
 CANCEL_GRACE_S = 1.0
@@ -48,14 +50,17 @@ def shots_of(run: ReplayRun, planned: list[planning.Planned]) -> list[Shot]:
 class _Recorder:
     """Outcomes of the event loop, handed to the writer thread in batches."""
 
-    def __init__(self, run_id: int, planned: dict[int, planning.Planned], nodes: list[str]):
+    def __init__(self, run_id: int, planned: dict[int, planning.Planned], nodes: list[str], *, live: bool):
         self.run_id = run_id
+        self.live = live
+        self.figures_at = 0.0
         self.planned = planned
         self.nodes = nodes
         self.lock = threading.Lock()
         self.rows: list[ReplayRequest] = []
         self.sent = self.done = self.errors = 0
         self.status = ReplayRun.Status.RUNNING
+        self.write_error = ""
 
     def on_sent(self, outcome: Outcome) -> None:
         with self.lock:
@@ -102,8 +107,10 @@ class _Recorder:
         for start in range(0, len(rows), BATCH_ROWS):
             ReplayRequest.objects.bulk_create(rows[start : start + BATCH_ROWS])
         self.status = lifecycle.add_progress(self.run_id, sent=sent, done=done, errors=errors)
-        if rows or sent:
+        if self.live and time.monotonic() - self.figures_at >= LIVE_FIGURES_EVERY_S:
+            self.figures_at = time.monotonic()
             ReplayRun.objects.filter(pk=self.run_id).update(**lifecycle.live_figures(self.run_id))
+        if rows or sent:
             replay_progress(self.run_id)
 
     def stopped(self) -> bool:
@@ -120,7 +127,7 @@ def replay_share(run_id: int, index: int, key: str) -> None:
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"replay-{run_id}-writer")
     try:
         planned = planning.share_of(lifecycle.run_plan(run), index=index, shares=run.shares)
-        recorder = _Recorder(run_id, {p.seq: p for p in planned}, [t["name"] for t in run.targets])
+        recorder = _Recorder(run_id, {p.seq: p for p in planned}, [t["name"] for t in run.targets], live=index == 0)
         recorder.status = run.status
         shots = shots_of(run, planned)
         # The generator's own CPU: this thread's event loop, not the plan's drawing nor the writer thread.
@@ -130,6 +137,8 @@ def replay_share(run_id: int, index: int, key: str) -> None:
         finally:
             cpu_s = time.thread_time() - cpu_started
         writer.submit(recorder.flush).result()
+        if recorder.write_error:
+            error = f"share {index}: {recorder.write_error}"
     except Exception as exc:
         logger.exception("replay %s share %s failed", run_id, index)
         error = f"share {index}: {type(exc).__name__}: {exc}"
@@ -145,7 +154,11 @@ async def _send(run: ReplayRun, shots: list[Shot], recorder: _Recorder, writer: 
 
     async def flusher() -> None:
         while not done.is_set():
-            await loop.run_in_executor(writer, recorder.flush)
+            try:
+                await loop.run_in_executor(writer, recorder.flush)
+            except Exception as exc:  # a batch the database refused: keep sending and reading the status
+                logger.exception("replay %s: writing a batch failed", run.pk)
+                recorder.write_error = recorder.write_error or f"writing rows failed: {type(exc).__name__}: {exc}"
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), FLUSH_EVERY_S)
 

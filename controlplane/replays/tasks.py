@@ -7,7 +7,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
-from controlplane.replays.lifecycle import replay_start
+from controlplane.replays.lifecycle import replay_runs_reap, replay_start
 from controlplane.replays.shares import replay_share
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,12 @@ def replay_share_task(run_id: int, index: int, key: str) -> None:
     replay_share(run_id, index, key)
 
 
+@shared_task(ignore_result=True)
+def replay_runs_reap_task() -> None:
+    """End runs whose shares never reported their end (settings.CELERY_BEAT_SCHEDULE)."""
+    replay_runs_reap()
+
+
 def replay_start_enqueue(run_id: int) -> None:
     """Hand a queued run to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
 
@@ -52,7 +58,7 @@ def _dispatch(task, args: tuple, name: str) -> None:
     if settings.CELERY_TASK_ALWAYS_EAGER:
         threading.Thread(target=_here, args=(task, args), name=name, daemon=True).start()
     else:
-        task.delay(*args)
+        task.apply_async(args, queue=settings.REPLAY_TASK_QUEUE or None)
 
 
 def _here(task, args: tuple) -> None:

@@ -16,6 +16,8 @@ from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, 
 from controlplane.alerts.services.lifecycle import silence_create
 from controlplane.audit.models import AuditEntry
 from controlplane.catalog.services import model_entry_create
+from controlplane.convlogs.services.analyses import log_analysis_create, log_analysis_run
+from controlplane.convlogs.services.logs import conversation_log_create
 from controlplane.datasets.services.warmup import warmup_dataset_create
 from controlplane.nodes.models import ClientKey, EngineNode, Pool
 from controlplane.nodes.services.client_keys import client_key_create
@@ -78,6 +80,20 @@ SHOP = {"name": "shop"}  # the intent dataset `intent_world` adds
 TINY = {"name": "tiny"}  # the model catalog entry `catalog_world` adds
 FAQ = {"name": "faq"}  # the warmup dataset `warmup_world` adds
 WARMUP_LOG = '{"messages": [{"role": "user", "content": "where is my order?"}]}\n'
+JUNE = {"name": "june"}  # the conversation log `convlog_world` adds, with its analysis
+CONVERSATION_LOG = b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+
+
+def _analysis() -> dict:
+    from controlplane.convlogs.models import LogAnalysis
+
+    return {"name": "june", "pk": LogAnalysis.objects.values_list("pk", flat=True).first() or 1}
+
+
+def log_upload() -> dict:
+    return {"name": "fresh-log", "file": SimpleUploadedFile("log.jsonl", CONVERSATION_LOG * 30)}
+
+
 MATRIX: tuple[Call, ...] = (
     Call("token-issue", "POST", PUBLIC, 201, data={"username": "oncall", "password": PASSWORD}, writes=True),
     Call("me", "GET", EVERY_ROLE, 200),
@@ -254,6 +270,21 @@ MATRIX: tuple[Call, ...] = (
         data={"pool": "staging", "dataset": "shop", "number": 1, "reason": "better on refunds"},
         writes=True,
     ),
+    Call("conversation-log-list", "GET", EVERY_ROLE, 200),
+    Call("conversation-log-list", "POST", WRITERS, 201, data=log_upload, multipart=True, writes=True),
+    Call(
+        "conversation-log-import",
+        "POST",
+        OPERATORS,
+        201,
+        data={"name": "imported", "path": "june.jsonl"},
+        writes=True,
+    ),
+    Call("conversation-log-detail", "GET", EVERY_ROLE, 200, JUNE),
+    Call("log-analysis-list", "GET", EVERY_ROLE, 200, JUNE),
+    Call("log-analysis-list", "POST", WRITERS, 201, JUNE, {"pool": "staging"}, writes=True),
+    Call("log-analysis-detail", "GET", EVERY_ROLE, 200, _analysis),
+    Call("log-analysis-apply", "POST", WRITERS, 201, _analysis, {"suggestions": ["first_turn_cap"]}, writes=True),
     Call("warmup-dataset-list", "GET", EVERY_ROLE, 200),
     Call(
         "warmup-dataset-list",
@@ -440,6 +471,26 @@ def replay_world(request):
     agent = request.getfixturevalue("users")["agent"]
     log = store_log(agent, log_lines(3))
     replay_run_create(actor=agent, pool=world["staging"], log=log, reason="baseline", qps=5)
+
+
+@pytest.fixture(autouse=True)
+def convlog_world(request, tmp_path, settings):
+    """For the conversation-log rows only: log `june` (60 short conversations) analysed against staging, and an
+    import directory holding june.jsonl."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    pattern = callspec.params.get("pattern") if callspec else None
+    names = ("conversation-log", "log-analysis")
+    if not (call and call.name.startswith(names)) and not (pattern and pattern.name.startswith(names)):
+        return
+    world = request.getfixturevalue("world")
+    settings.CONVERSATION_LOG_DIR = tmp_path / "stored-logs"
+    settings.CONVERSATION_LOG_IMPORT_DIR = str(tmp_path)
+    (tmp_path / "june.jsonl").write_bytes(CONVERSATION_LOG * 60)
+    agent = request.getfixturevalue("users")["agent"]
+    log = conversation_log_create(actor=agent, name="june", filename="june.jsonl", chunks=[CONVERSATION_LOG * 60])
+    analysis = log_analysis_create(actor=agent, log=log, pool=Pool.objects.get(pk=world["staging"].pk))
+    log_analysis_run(analysis_id=analysis.pk)
 
 
 @pytest.fixture(autouse=True)

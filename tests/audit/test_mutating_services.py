@@ -2,11 +2,12 @@
 
 import importlib
 import pkgutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from django.test import RequestFactory
+from django.test import RequestFactory, override_settings
 from django.utils import timezone
 
 import controlplane
@@ -19,6 +20,8 @@ from controlplane.alerts.services import rules as alert_rules
 from controlplane.audit.models import AuditEntry
 from controlplane.audit.services import MUTATING_SERVICES
 from controlplane.catalog import services as catalog
+from controlplane.convlogs.services import analyses as log_analyses
+from controlplane.convlogs.services import logs as conversation_logs
 from controlplane.datasets.services import datasets, releases, training, warmup
 from controlplane.lib.request_id import bind_request_id
 from controlplane.nodes.models import EngineNode
@@ -203,6 +206,37 @@ def _with_warmup_then(call):
     return run
 
 
+LOG_LINE = b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+
+
+def _in_log_dirs(call):
+    """Run the call with conversation logs stored in, and imported from, fresh temporary directories."""
+
+    def run(world):
+        with tempfile.TemporaryDirectory() as stored, tempfile.TemporaryDirectory() as imports:
+            with open(f"{imports}/june.jsonl", "wb") as file:
+                file.write(LOG_LINE * 5)
+            with override_settings(CONVERSATION_LOG_DIR=stored, CONVERSATION_LOG_IMPORT_DIR=imports):
+                return call(world)
+
+    return run
+
+
+def _with_log_then(call):
+    """Store log `june` and publish v1 to staging, then run the call on the log."""
+
+    def run(world):
+        nodes.pool_publish(actor=world["sre"], pool=world["staging"], version=world["v1"], reason="first")
+        log = conversation_logs.conversation_log_create(
+            actor=world["agent"], name="june", filename="june.jsonl", chunks=[LOG_LINE * 5]
+        )
+        world["staging"].refresh_from_db()
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, log)
+
+    return _in_log_dirs(run)
+
+
 def _with_incident_then(call):
     """Install the default rules, lose node gpu-1 (node-lost fires at once), then run the call on the incident."""
 
@@ -343,6 +377,32 @@ CASES: dict[str, Case] = {
         "admin",
         "regression",
         _with_intent_model_then(_publish_then_unpublish),
+    ),
+    "controlplane.convlogs.services.logs.conversation_log_create": Case(
+        "convlog.upload",
+        "agent",
+        "june logs",
+        _in_log_dirs(
+            lambda w: conversation_logs.conversation_log_create(
+                actor=w["agent"], name="june", description="june logs", filename="june.jsonl", chunks=[LOG_LINE]
+            )
+        ),
+    ),
+    "controlplane.convlogs.services.logs.conversation_log_import": Case(
+        "convlog.import",
+        "sre",
+        "from the log host",
+        _in_log_dirs(
+            lambda w: conversation_logs.conversation_log_import(
+                actor=w["sre"], name="june", description="from the log host", path="june.jsonl"
+            )
+        ),
+    ),
+    "controlplane.convlogs.services.analyses.log_analysis_create": Case(
+        "convlog.analysis_create",
+        "agent",
+        "",
+        _with_log_then(lambda w, log: log_analyses.log_analysis_create(actor=w["agent"], log=log, pool=w["staging"])),
     ),
     "controlplane.datasets.services.warmup.warmup_dataset_create": Case(
         "warmup_dataset.create",

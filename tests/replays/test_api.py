@@ -80,3 +80,27 @@ def test_request_rows_are_paged_in_order_and_exported_whole(world, api_for):
     assert [r["seq"] for r in rows] == list(range(120)) and rows[1]["conversation_id"] == "c1"
     bad = api_for("oncall").get(f"/api/v1/replays/{run.pk}/export/", {"format": "xlsx"})
     assert bad.status_code == 400 and "format" in bad.json()["error"]
+
+
+def test_a_run_whose_shares_never_report_is_ended_failed_and_its_key_revoked(world, users):
+    from django.utils import timezone
+
+    from controlplane.nodes.services.client_keys import client_key_create
+    from controlplane.replays.lifecycle import replay_runs_reap
+    from controlplane.replays.services import replay_run_create
+
+    run = replay_run_create(actor=users["agent"], pool=world["staging"], log=world["log"], reason="x", qps=5)
+    key, _ = client_key_create(actor=users["agent"], name=f"replay-{run.pk}", pools=[world["staging"]])
+    ReplayRun.objects.filter(pk=run.pk).update(
+        status="running", started_at=timezone.now(), schedule_start=1000.0, duration_cap_s=60, client_key=key, shares=2
+    )
+    fresh = replay_run_create(actor=users["agent"], pool=world["staging"], log=world["log"], reason="y", qps=5)
+    # Still within its request timeout and grace: left alone.
+    ReplayRun.objects.filter(pk=fresh.pk).update(status="running", started_at=timezone.now(), schedule_start=1100.0)
+    assert replay_runs_reap(now=1000.0 + 60 + 120 + 59) == []
+    assert replay_runs_reap(now=1000.0 + 60 + 120 + 61) == [run.pk]
+    assert ReplayRun.objects.get(pk=fresh.pk).status == "running"
+    run.refresh_from_db()
+    key.refresh_from_db()
+    assert run.status == "failed" and "did not report" in run.error and run.finished_at is not None
+    assert key.revoked_at is not None

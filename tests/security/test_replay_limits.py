@@ -143,3 +143,13 @@ def test_exported_cells_cannot_start_a_formula(world, users, api_for):
     )  # fmt: skip
     body = b"".join(api_for("oncall").get(f"/api/v1/replays/{run.pk}/export/").streaming_content).decode()
     assert "'=HYPERLINK" in body and "'+cmd" in body
+
+
+def test_nul_bytes_and_odd_names_get_a_400_or_nothing_never_a_500(world, api_for):
+    response = create(api_for, "agent", pool="staging", nodes=["stage\x00-1"])
+    assert response.status_code == 400 and field_of(response) == "nodes"
+    response = create(api_for, "agent", pool="staging", nodes=[{"name": "stage-1"}])
+    assert response.status_code == 400 and field_of(response) == "nodes"
+    assert create(api_for, "agent", pool="stag\x00ing").status_code == 400
+    listed = api_for("oncall").get("/api/v1/replays/", {"pool": "stag\x00ing"})
+    assert listed.status_code == 200 and listed.json()["results"] == []

@@ -131,6 +131,7 @@ def _store(*, actor, name, description, filename, chunks, source) -> Conversatio
                     action=f"convlog.{source}",
                     target=log,
                     after={"format": fmt, "compression": compression, "size_bytes": size, "sha256": digest},
+                    reason=(description or "")[:500],
                 )
         except IntegrityError:
             raise Conflict(f"name: a conversation log named {name!r} already exists") from None

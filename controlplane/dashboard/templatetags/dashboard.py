@@ -1,4 +1,4 @@
-"""Template filters: compact JSON for parameter values and the hot/cold badge."""
+"""Template filters: compact JSON for parameter values, the hot/cold badge, shares as percentages."""
 
 import json
 
@@ -25,3 +25,11 @@ def compact(value) -> str:
 @register.simple_tag
 def apply_badge(apply: str):
     return format_html('<span class="badge {}" title="{}">{}</span>', apply, _APPLY_TITLE.get(apply, ""), apply)
+
+
+@register.filter
+def percent(value, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage: 0.9134 -> "91.3 %"; None -> "—"."""
+    if value is None:
+        return "—"
+    return f"{100 * value:.{digits}f} %"

@@ -1,0 +1,50 @@
+"""Background work of conversation logs: the analysis run."""
+
+import logging
+import threading
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections
+
+from controlplane.convlogs.services.analyses import log_analysis_run
+
+logger = logging.getLogger(__name__)
+
+
+# A database locked past its busy timeout, or gone, when the run claims its analysis: tried again (the claim is a
+# conditional UPDATE, so an analysis another worker claimed meanwhile is a no-op). Errors mark the analysis failed.
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=3,
+    retry_backoff=5,
+    retry_jitter=False,
+)
+def log_analysis_task(analysis_id: int) -> None:
+    """Run one queued analysis; a vanished or already-claimed analysis is a no-op (see log_analysis_run)."""
+    log_analysis_run(analysis_id=analysis_id)
+
+
+def log_analysis_enqueue(analysis_id: int) -> None:
+    """Hand a queued analysis to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
+
+    A log of 100,000 conversations takes tens of seconds: the HTTP request that queued it must not wait for it.
+    """
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        thread = threading.Thread(
+            target=_analyse_here, args=(analysis_id,), name=f"log-analysis-{analysis_id}", daemon=True
+        )
+        thread.start()
+    else:
+        log_analysis_task.delay(analysis_id)
+
+
+def _analyse_here(analysis_id: int) -> None:
+    try:
+        log_analysis_task.apply(args=(analysis_id,))
+    except Exception:
+        logger.exception("log analysis %s: analysis thread failed", analysis_id)
+    finally:
+        connections.close_all()

@@ -1,0 +1,6 @@
+"""Fixtures of the replay tests: the real vLLM CPU build and the tiny test model (tests/engine_node/conftest.py)."""
+
+from tests.engine_node.conftest import (  # noqa: F401 - fixtures, found by name
+    tiny_model_dir,
+    vllm_python,
+)
