@@ -581,6 +581,8 @@ def test_me_lists_the_actions_of_each_role(api_for):
         "override.set",
         "intent.train",
         "warmup.write",
+        "convlog.write",
+        "replay.run",
     }
     assert {"pool.publish", "pool.production_override"} <= allowed(Role.SRE)
     assert "user.manage" not in allowed(Role.SRE)
