@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "controlplane.metrics",
     "controlplane.alerts",
     "controlplane.replays",
+    "controlplane.advice",
     "controlplane.dashboard",
 ]
 
