@@ -1,0 +1,46 @@
+"""A template whose versions differ in batch.max_size, a staging pool running one, and pool rows for its window."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.metrics.factories import second_rows
+
+
+@pytest.fixture(autouse=True)
+def own_cache(settings, request):
+    """Suggestions are cached by pool and version id; ids repeat from test to test, a cache shared with them must not."""
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": request.node.nodeid}
+    }
+
+
+def versions_of(actor, sizes: list[int], name: str = "chat"):
+    """Template `name` whose version i has batch.max_size sizes[i] (and no whitelists to resolve)."""
+    template = template_create(actor=actor, name=name)
+    made = []
+    for i, size in enumerate(sizes):
+        document = {"inference_params": {"batch": {"max_size": size}, "max_tokens": {"whitelist": []}}}
+        made.append(
+            template_version_create(
+                actor=actor, template=template, document=document, base_number=i or None, comment=f"v{i + 1}"
+            )
+        )
+    return template, made
+
+
+def running(sre, version, name: str = "staging"):
+    pool = pool_create(actor=sre, name=name, is_production=False)
+    pool_publish(actor=sre, pool=pool, version=version, reason="test")
+    pool.refresh_from_db()
+    return pool
+
+
+def window_rows(pool: str, seconds: int = 120, **values):
+    """`seconds` 1 s pool rows ending now, each with `values` (two nodes, 10 QPS unless given)."""
+    now = timezone.now()
+    row = {"nodes": 2, "qps": 10.0, **values}
+    second_rows(scope="pool", name=pool, pool=pool, start=now - timedelta(seconds=seconds - 1), values=[row] * seconds)
