@@ -49,12 +49,12 @@ class PoolSuggestionApply(APIView):
     required_action = Action.TEMPLATE_WRITE
 
     @extend_schema(
-        request=serializers.SuggestionApplySerializer,
+        request=serializers.DraftFromSuggestionSerializer,
         responses={201: AppliedVersionSerializer, 404: APPLY_GONE, 409: APPLY_CONFLICT},
     )
     def post(self, request, name):
         pool = _pool(name)
-        data = validated(serializers.SuggestionApplySerializer, request.data)
+        data = validated(serializers.DraftFromSuggestionSerializer, request.data)
         version = suggestion_apply(
             actor=request.user,
             pool=pool,
@@ -71,12 +71,12 @@ class TemplateSuggestionApply(APIView):
     required_action = Action.TEMPLATE_WRITE
 
     @extend_schema(
-        request=serializers.TemplateSuggestionApplySerializer,
+        request=serializers.TemplateDraftFromSuggestionSerializer,
         responses={201: AppliedVersionSerializer, 404: APPLY_GONE, 409: APPLY_CONFLICT},
     )
     def post(self, request, name):
         template = template_get(name=name)
-        data = validated(serializers.TemplateSuggestionApplySerializer, request.data)
+        data = validated(serializers.TemplateDraftFromSuggestionSerializer, request.data)
         pool = _pool(data["pool"])
         if pool.desired_version is None or pool.desired_version.template_id != template.pk:
             raise InvalidField("pool", f"pool {pool.name!r} does not run a version of template {template.name!r}")

@@ -17,8 +17,21 @@ the window (`figures.MIN_SAMPLES`) gives no suggestion.
 
 import math
 
+from django.db.models import TextChoices
+
 from controlplane.advice.figures import MIN_SAMPLES, WindowFigures
 from controlplane.params.schema import FIELDS_BY_PATH
+
+
+class Severity(TextChoices):
+    """critical and warning: a figure above the alert rule's line; info: a record's suggestion; caution: a field
+    whose past changes worsened the pool."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+    CAUTION = "caution"
+
 
 BATCH_COVERAGE = 0.9
 LONG_CONTEXT_TOKENS = 1024

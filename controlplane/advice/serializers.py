@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from controlplane.advice.rules import Severity
 from controlplane.lib.serializers import StrictSerializer
 
 
@@ -57,7 +58,7 @@ class SuggestionSerializer(serializers.Serializer):
     id = serializers.CharField(help_text="Stable within a pool: `batch-idle`, `record-batch.max_size`, ...")
     source = serializers.ChoiceField(choices=["rule", "record"])
     rule = serializers.CharField()
-    severity = serializers.ChoiceField(choices=["critical", "warning", "info", "caution"])
+    severity = serializers.ChoiceField(choices=Severity.choices)
     title = serializers.CharField()
     text = serializers.CharField()
     changes = ChangeSerializer(many=True)
@@ -96,11 +97,11 @@ class TemplateSuggestionsSerializer(serializers.Serializer):
     suggestions = SuggestionSerializer(many=True)
 
 
-class SuggestionApplySerializer(StrictSerializer):
+class DraftFromSuggestionSerializer(StrictSerializer):
     suggestion = serializers.CharField(max_length=200, help_text="A suggestion id as the list shows it now.")
     base_version = serializers.IntegerField(required=False, min_value=1, help_text="Default: the template's latest.")
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
-class TemplateSuggestionApplySerializer(SuggestionApplySerializer):
+class TemplateDraftFromSuggestionSerializer(DraftFromSuggestionSerializer):
     pool = serializers.SlugField(max_length=64, help_text="The pool whose suggestion it is (it runs this template).")

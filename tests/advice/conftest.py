@@ -12,7 +12,7 @@ from tests.metrics.factories import second_rows
 
 @pytest.fixture(autouse=True)
 def own_cache(settings, request):
-    """Suggestions are cached by pool and version id; ids repeat from test to test, a cache shared with them must not."""
+    """Suggestions are cached by pool and version id, which repeat from test to test: each test gets its own cache."""
     settings.CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": request.node.nodeid}
     }

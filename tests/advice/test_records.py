@@ -26,7 +26,7 @@ def by_id(pool) -> dict:
 
 @pytest.fixture
 def world(agent, sre):
-    template, (v16, v8, v16_again) = versions_of(agent, [16, 8, 16])
+    _, (v16, v8, v16_again) = versions_of(agent, [16, 8, 16])
     pool = running(sre, v16_again)
     return pool, v16, v8, v16_again
 
@@ -76,7 +76,7 @@ def test_a_field_whose_change_worsened_the_pool_is_flagged_and_cautions_a_rule_m
 
 
 def test_a_worsened_change_the_other_way_is_no_caution(world):
-    pool, v16, v8, v16_again = world
+    pool, _, v8, v16_again = world
     measured(pool, v8, v16_again, "worsened")  # raising it worsened things; lowering it is not the same move
     window_rows(pool.name, batch_idle_ratio=0.3)
     assert by_id(pool)["batch-idle"]["cautions"] == []

@@ -26,6 +26,7 @@ from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.models import ConversationOverride
 from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
+from tests.advice.conftest import window_rows
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
@@ -165,6 +166,18 @@ MATRIX: tuple[Call, ...] = (
     ),
     Call("pool-rollback", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "regression"}, writes=True),
     Call("pool-rollback-preview", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-suggestions", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-suggestion-apply", "POST", WRITERS, 201, {"name": "staging"}, {"suggestion": "batch-idle"}, writes=True),
+    Call("template-suggestions", "GET", EVERY_ROLE, 200, CHAT),
+    Call(
+        "template-suggestion-apply",
+        "POST",
+        WRITERS,
+        201,
+        CHAT,
+        {"pool": "staging", "suggestion": "batch-idle"},
+        writes=True,
+    ),
     Call("replay-list", "GET", EVERY_ROLE, 200),
     Call(
         "replay-list",
@@ -430,6 +443,21 @@ def warmup_world(request):
     request.getfixturevalue("world")
     agent = request.getfixturevalue("users")["agent"]
     warmup_dataset_create(actor=agent, name="faq", content="text\nwhere is my order?\n", fmt="csv")
+
+
+@pytest.fixture(autouse=True)
+def advice_world(request):
+    """For the suggestion rows only: ten minutes of staging's figures with batches idle 30 % of the time, and a cache
+    of its own (suggestions are cached by pool and version id, which repeat from test to test)."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or "suggestion" not in call.name:
+        return
+    request.getfixturevalue("world")
+    request.getfixturevalue("settings").CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": request.node.nodeid}
+    }
+    window_rows("staging", batch_idle_ratio=0.3)
 
 
 @pytest.fixture(autouse=True)
