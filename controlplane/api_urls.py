@@ -10,6 +10,7 @@ from controlplane.audit import api as audit
 from controlplane.catalog import api as catalog
 from controlplane.convlogs import api as convlogs
 from controlplane.datasets import api as datasets
+from controlplane.impact import api as impact
 from controlplane.metrics import api as metrics
 from controlplane.nodes import api as nodes
 from controlplane.nodes import client_key_api as client_keys
@@ -56,6 +57,8 @@ urlpatterns = [
     path("whitelists/", params.WhitelistList.as_view(), name="whitelist-list"),
     path("whitelists/<slug:name>/", params.WhitelistDetail.as_view(), name="whitelist-detail"),
     path("whitelists/<slug:name>/versions/", params.WhitelistVersionList.as_view(), name="whitelist-version-list"),
+    path("impact-records/", impact.ImpactRecordList.as_view(), name="impact-record-list"),
+    path("impact-records/<int:pk>/", impact.ImpactRecordDetail.as_view(), name="impact-record-detail"),
     path("pools/", nodes.PoolList.as_view(), name="pool-list"),
     path("pools/<slug:name>/", nodes.PoolDetail.as_view(), name="pool-detail"),
     path("pools/<slug:name>/suggestions/", advice.PoolSuggestions.as_view(), name="pool-suggestions"),

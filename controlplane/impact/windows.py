@@ -21,10 +21,10 @@ def window_samples(*, pool_name: str, since: datetime, until: datetime) -> dict[
         resolution_s=MetricSample.Resolution.SECOND,
     )
     keep = [i for i, t in enumerate(times) if t < until]
-    return {key: [v for v in (_number(columns[key][i]) for i in keep) if v is not None] for key in COLUMNS}
+    return {key: [v for v in (number(columns[key][i]) for i in keep) if v is not None] for key in COLUMNS}
 
 
-def _number(value) -> float | None:
+def number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)

@@ -19,6 +19,7 @@ from controlplane.catalog.services import model_entry_create
 from controlplane.convlogs.services.analyses import log_analysis_create, log_analysis_run
 from controlplane.convlogs.services.logs import conversation_log_create
 from controlplane.datasets.services.warmup import warmup_dataset_create
+from controlplane.impact.models import ImpactRecord
 from controlplane.nodes.models import ClientKey, EngineNode, Pool
 from controlplane.nodes.services.client_keys import client_key_create
 from controlplane.nodes.services.engine_nodes import node_create
@@ -191,6 +192,8 @@ MATRIX: tuple[Call, ...] = (
     Call("replay-cancel", "POST", WRITERS, 200, lambda: {"pk": _first(ReplayRun)}, {"reason": "wrong"}, writes=True),
     Call("replay-request-list", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}),
     Call("replay-request-export", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}, {"format": "jsonl"}),
+    Call("impact-record-list", "GET", EVERY_ROLE, 200, data={"pool": "staging", "kind": "publish"}),
+    Call("impact-record-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ImpactRecord)}),
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
     Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
