@@ -13,7 +13,7 @@ whole history.
 """
 
 from django.conf import settings
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 
 from controlplane.advice.figures import WindowFigures
 from controlplane.impact.models import ImpactFieldChange, ImpactRecord
@@ -22,14 +22,8 @@ from controlplane.params import schema
 MAX_RECORDS = 200
 
 
-def record_link(record_id: int) -> str | None:
-    """The record's page, else its API detail (whichever the impact app serves)."""
-    for name in ("dashboard:impact-record", "api:impact-record-detail"):
-        try:
-            return reverse(name, kwargs={"pk": record_id})
-        except NoReverseMatch:
-            continue
-    return None
+def record_link(record_id: int) -> str:
+    return reverse("dashboard:impact-record", kwargs={"pk": record_id})
 
 
 def _changes(pool, outcome: str) -> list[ImpactFieldChange]:

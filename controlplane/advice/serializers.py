@@ -40,7 +40,7 @@ class CitedRecordSerializer(serializers.Serializer):
     outcome_reason = serializers.CharField(allow_blank=True)
     changed_at = serializers.DateTimeField()
     load_ratio = serializers.FloatField(allow_null=True, help_text="QPS now over the record's before-window QPS.")
-    link = serializers.CharField(allow_null=True, help_text="The record page (or its API detail).")
+    link = serializers.CharField(help_text="The record's page.")
 
     def get_fields(self):
         fields = super().get_fields()
