@@ -35,7 +35,9 @@ def alert_lines() -> dict[str, tuple[float, float | None]]:
 
 def pool_suggestions(*, pool: Pool, now: datetime | None = None, use_cache: bool = True) -> dict:
     """{pool, template, version, window, suggestions} for the pool's running version; no version, no suggestions."""
-    key = f"advice:pool:{pool.pk}:{pool.desired_version_id}"
+    # The pool's creation time keeps a pool made again under a reused id (a restored database, a test run) from
+    # reading the old pool's suggestions; a publish changes the version id and so the key.
+    key = f"advice:pool:{pool.pk}:{pool.created_at.timestamp()}:{pool.desired_version_id}"
     if use_cache and now is None and (cached := cache.get(key)) is not None:
         return cached
     now = now or timezone.now()

@@ -6,7 +6,7 @@ from django.urls import reverse
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
 from controlplane.params.models import TemplateVersion
-from tests.advice.conftest import running, versions_of, window_rows
+from tests.advice.builders import running, versions_of, window_rows
 from tests.helpers import state_snapshot
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ import pytest
 from controlplane.advice.selectors import pool_suggestions
 from controlplane.impact.models import ImpactRecord
 from controlplane.impact.services import impact_record_change
-from tests.advice.conftest import running, versions_of, window_rows
+from tests.advice.builders import running, versions_of, window_rows
 
 pytestmark = pytest.mark.django_db
 

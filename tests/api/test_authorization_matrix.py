@@ -27,7 +27,7 @@ from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.models import ConversationOverride
 from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
-from tests.advice.conftest import window_rows
+from tests.advice.builders import window_rows
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
@@ -450,16 +450,12 @@ def warmup_world(request):
 
 @pytest.fixture(autouse=True)
 def advice_world(request):
-    """For the suggestion rows only: ten minutes of staging's figures with batches idle 30 % of the time, and a cache
-    of its own (suggestions are cached by pool and version id, which repeat from test to test)."""
+    """For the suggestion rows only: two minutes of staging's figures with batches idle 30 % of the time."""
     callspec = getattr(request.node, "callspec", None)
     call = callspec.params.get("call") if callspec else None
     if call is None or "suggestion" not in call.name:
         return
     request.getfixturevalue("world")
-    request.getfixturevalue("settings").CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": request.node.nodeid}
-    }
     window_rows("staging", batch_idle_ratio=0.3)
 
 

@@ -1,21 +1,12 @@
-"""A template whose versions differ in batch.max_size, a staging pool running one, and pool rows for its window."""
+"""Builders for suggestion tests: a template whose versions differ in batch.max_size, a pool running one, pool rows."""
 
 from datetime import timedelta
 
-import pytest
 from django.utils import timezone
 
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.metrics.factories import second_rows
-
-
-@pytest.fixture(autouse=True)
-def own_cache(settings, request):
-    """Suggestions are cached by pool and version id, which repeat from test to test: each test gets its own cache."""
-    settings.CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": request.node.nodeid}
-    }
 
 
 def versions_of(actor, sizes: list[int], name: str = "chat"):
