@@ -35,3 +35,22 @@ def window_rows(pool: str, seconds: int = 120, **values):
     now = timezone.now()
     row = {"nodes": 2, "qps": 10.0, **values}
     second_rows(scope="pool", name=pool, pool=pool, start=now - timedelta(seconds=seconds - 1), values=[row] * seconds)
+
+
+def steady_rows(pool: str, start, seconds: int, *, p99: float, qps: float = 10.0) -> None:
+    """1 s pool rows from `start` with a small deterministic wobble (a spread for the impact records' noise test)."""
+    values = []
+    for i in range(seconds):
+        wobble = 1 + ((i * 7) % 11 - 5) / 250
+        values.append(
+            {
+                "nodes": 2,
+                "qps": qps * wobble,
+                "latency_p50_s": p99 / 3 * wobble,
+                "latency_p99_s": p99 * wobble,
+                "latency_p999_s": p99 * 1.2 * wobble,
+                "error_rate": 0.0,
+                "batch_idle_ratio": 0.1,
+            }
+        )
+    second_rows(scope="pool", name=pool, pool=pool, start=start, values=values)
