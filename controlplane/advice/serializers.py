@@ -97,8 +97,17 @@ class TemplateSuggestionsSerializer(serializers.Serializer):
     suggestions = SuggestionSerializer(many=True)
 
 
+# Rule names and `record-<field path>` / `worsened-<field path>`.
+SUGGESTION_ID = r"^[a-z0-9][a-z0-9._-]*\Z"
+
+
 class DraftFromSuggestionSerializer(StrictSerializer):
-    suggestion = serializers.CharField(max_length=200, help_text="A suggestion id as the list shows it now.")
+    suggestion = serializers.RegexField(
+        SUGGESTION_ID,
+        max_length=200,
+        help_text="A suggestion id as the list shows it now.",
+        error_messages={"invalid": "must be a suggestion id: lowercase letters, digits, '.', '_' and '-'"},
+    )
     base_version = serializers.IntegerField(required=False, min_value=1, help_text="Default: the template's latest.")
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
