@@ -7,7 +7,7 @@ from controlplane.accounts.roles import Action
 from controlplane.advice import selectors
 from controlplane.advice.services import draft_params, evidence_text, suggestion_apply
 from controlplane.dashboard.access import page
-from controlplane.lib.errors import DomainError
+from controlplane.lib.errors import DomainError, InvalidField
 from controlplane.nodes.models import Pool
 from controlplane.params import schema
 from controlplane.params.diff import needs_restart, params_diff
@@ -32,6 +32,8 @@ def suggestion_preview(request, name, suggestion):
             messages.success(request, f"Saved {version} as a draft (not published).")
             return redirect("dashboard:version-detail", name=version.template.name, number=version.number)
     item = selectors.suggestion_find(pool=pool, suggestion_id=suggestion)
+    if not item["is_actionable"]:
+        raise InvalidField("suggestion", f"{item['id']} is advice only: it changes no field, so it opens no draft")
     template = pool.desired_version.template
     template.refresh_from_db()
     base = template.versions.get(number=template.latest_number)
