@@ -15,6 +15,26 @@ Nothing here raises: an error comes back as `{"error": ...}` instead of an excep
 import gc
 
 
+def _request_amx_permission() -> None:
+    """Ask Linux for the AMX tile-data permission in this worker before vLLM's CPU kernels use AMX.
+
+    vLLM 0.32's CPU attention picks its AMX path for bfloat16 on CPUs that have AMX, and never asks the kernel for
+    the XTILEDATA permission (arch_prctl ARCH_REQ_XCOMP_PERM) that Linux requires first: the worker dies with SIGILL
+    at its first request. torch's `_init_amx` makes that request; it is a no-op where AMX is absent or granted.
+    """
+    try:
+        import torch
+
+        init_amx = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)
+        if init_amx is not None and not torch.cuda.is_available():
+            init_amx()
+    except Exception:  # never stop the engine from starting over an optional speed-up
+        pass
+
+
+_request_amx_permission()
+
+
 class FragmentationWorkerExtension:
     """Mixed into vLLM's worker: `fragmentation_stats` and `release_cached_blocks` for collective_rpc."""
 
