@@ -65,20 +65,24 @@ def pool_window_figures(
     counts: dict[str, int] = dict.fromkeys(MEANS, 0)
     loaded_p99: list[float] = []
     loads: list[float] = []
+    batch_sizes: dict = {}
+    lengths: dict = {}
     for values in rows.iterator(chunk_size=2000):
         for metric in MEANS:
             value = _number(values.get(metric))
             if value is not None:
                 sums[metric] += value
                 counts[metric] += 1
-        _add_counts(figures.batch_size_hist, values.get("batch_size_hist"), key=_batch_size)
-        _add_counts(figures.length_hist, values.get("length_hist"), key=str)
+        _add_counts(batch_sizes, values.get("batch_size_hist"))
+        _add_counts(lengths, values.get("length_hist"))
         load = row_load(values, params)
         if load is not None:
             loads.append(load)
             p99 = _number(values.get("latency_p99_s"))
             if load > load_threshold and p99 is not None:
                 loaded_p99.append(p99)
+    figures.batch_size_hist = _counted(batch_sizes, key=_batch_size)
+    figures.length_hist = _counted(lengths, key=str)
     figures.means = {m: (sums[m] / counts[m] if counts[m] else None) for m in MEANS}
     figures.samples = counts
     figures.loaded_seconds = len(loaded_p99)
@@ -111,14 +115,21 @@ def _batch_size(bucket: str) -> int | None:
     return int(bucket) if bucket.isdigit() and 0 < int(bucket) < 100000 else None
 
 
-def _add_counts(total: dict, counts, *, key) -> None:
-    if not isinstance(counts, dict):
-        return
-    for bucket, n in counts.items():
+def _add_counts(total: dict, counts) -> None:
+    # Per row and bucket only the add (a row's maps hold up to 256 buckets); keys and sums are checked once, after.
+    if isinstance(counts, dict):
+        for bucket, n in counts.items():
+            if type(n) is int or type(n) is float:
+                total[bucket] = total.get(bucket, 0) + n
+
+
+def _counted(total: dict, *, key) -> dict:
+    counted = {}
+    for bucket, n in total.items():
         k = key(str(bucket))
-        n = _number(n)
-        if k is not None and n is not None:
-            total[k] = total.get(k, 0) + n
+        if k is not None and math.isfinite(n) and n > 0:
+            counted[k] = counted.get(k, 0) + n
+    return counted
 
 
 def _number(value) -> float | None:

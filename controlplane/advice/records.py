@@ -8,7 +8,7 @@
 - worsened: every field whose changes on this pool were measured `worsened` is flagged (advice, no change), and a
   suggestion that would move a field the way a worsened change did carries that record as a caution.
 
-Records are read newest first, at most `MAX_RECORDS` per pool: the knowledge base of one pool over months, not its
+Field changes are read newest first, at most `MAX_CHANGES` per pool: the knowledge base of one pool over months, not its
 whole history.
 """
 
@@ -19,22 +19,30 @@ from controlplane.advice.figures import WindowFigures
 from controlplane.impact.models import ImpactFieldChange, ImpactRecord
 from controlplane.params import schema
 
-MAX_RECORDS = 200
+MAX_CHANGES = 500
 
 
 def record_link(record_id: int) -> str:
     return reverse("dashboard:impact-record", kwargs={"pk": record_id})
 
 
-def _changes(pool, outcome: str) -> list[ImpactFieldChange]:
-    records = ImpactRecord.objects.filter(pool=pool, status=ImpactRecord.Status.MEASURED, outcome=outcome).order_by(
-        "-changed_at", "-id"
-    )[:MAX_RECORDS]
-    return list(
-        ImpactFieldChange.objects.filter(record__in=list(records))
+def measured_changes(pool) -> dict[str, list[ImpactFieldChange]]:
+    """outcome -> the field changes of this pool's measured improved and worsened records, newest first (one query;
+    the records' windows and verdicts stay in the database)."""
+    changes = (
+        ImpactFieldChange.objects.filter(
+            record__pool=pool,
+            record__status=ImpactRecord.Status.MEASURED,
+            record__outcome__in=[ImpactRecord.Outcome.IMPROVED, ImpactRecord.Outcome.WORSENED],
+        )
         .select_related("record")
-        .order_by("-record__changed_at", "-record_id", "id")
+        .defer("record__after", "record__conclusions", "record__load", "record__source")
+        .order_by("-record__changed_at", "-record_id", "id")[:MAX_CHANGES]
     )
+    found: dict[str, list[ImpactFieldChange]] = {ImpactRecord.Outcome.IMPROVED: [], ImpactRecord.Outcome.WORSENED: []}
+    for change in changes:
+        found[change.record.outcome].append(change)
+    return found
 
 
 def similar_load(record: ImpactRecord, figures: WindowFigures) -> tuple[bool, float | None]:
@@ -63,12 +71,14 @@ def on_old_side(current, old, new) -> bool:
     return current == old
 
 
-def record_suggestions(*, pool, params: dict, figures: WindowFigures) -> list[dict]:
+def record_suggestions(
+    *, changes: dict[str, list[ImpactFieldChange]], params: dict, figures: WindowFigures
+) -> list[dict]:
     """One suggestion per field that an improved change on this pool, at a similar load, moved away from where the
     running version has it; and one flag per field whose changes worsened things."""
     values = schema.flatten(params)
     found: dict[str, dict] = {}
-    for fc in _changes(pool, ImpactRecord.Outcome.IMPROVED):
+    for fc in changes[ImpactRecord.Outcome.IMPROVED]:
         field = schema.FIELDS_BY_PATH.get(fc.path)
         if field is None or field.path in schema.MODEL_REFERENCE_FIELDS or isinstance(fc.new, list | dict):
             continue
@@ -99,7 +109,7 @@ def record_suggestions(*, pool, params: dict, figures: WindowFigures) -> list[di
             "cautions": [],
         }
     flags: dict[str, list[dict]] = {}
-    for fc in _changes(pool, ImpactRecord.Outcome.WORSENED):
+    for fc in changes[ImpactRecord.Outcome.WORSENED]:
         if fc.path in schema.FIELDS_BY_PATH:
             flags.setdefault(fc.path, []).append(_cite(fc, similar_load(fc.record, figures)[1]))
     flagged = [
@@ -122,9 +132,9 @@ def record_suggestions(*, pool, params: dict, figures: WindowFigures) -> list[di
     return list(found.values()) + flagged
 
 
-def add_cautions(suggestions: list[dict], *, pool) -> None:
+def add_cautions(suggestions: list[dict], *, changes: dict[str, list[ImpactFieldChange]]) -> None:
     """Attach to each change the worsened records that moved the same field the same way."""
-    worsened = _changes(pool, ImpactRecord.Outcome.WORSENED)
+    worsened = changes[ImpactRecord.Outcome.WORSENED]
     for item in suggestions:
         for change in item["changes"]:
             for fc in worsened:

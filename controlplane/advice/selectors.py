@@ -60,8 +60,9 @@ def pool_suggestions(*, pool: Pool, now: datetime | None = None, use_cache: bool
         simulated, _ = metrics.simulated_node_counts(pool=pool.name)
         result["is_simulated"] = simulated > 0
         found = rule_suggestions(figures, params, alert_lines())
-        found += records.record_suggestions(pool=pool, params=params, figures=figures)
-        records.add_cautions(found, pool=pool)
+        changes = records.measured_changes(pool)
+        found += records.record_suggestions(changes=changes, params=params, figures=figures)
+        records.add_cautions(found, changes=changes)
         for item in found:
             _link(item, pool=pool, version=version, figures=figures, is_simulated=result["is_simulated"])
         result["suggestions"] = found
