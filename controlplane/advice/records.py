@@ -99,8 +99,8 @@ def record_suggestions(
             "title": f"{fc.path}: a change to {fc.new!r} improved this pool before",
             "text": (
                 f"Record {fc.record.pk} ({fc.record.changed_at:%Y-%m-%d %H:%M} UTC) moved {fc.path} from {fc.old!r} "
-                f"to {fc.new!r} and the pool improved ({fc.record.outcome_reason or 'improved'}); the running version "
-                f"has {current!r}. Move it to {fc.new!r}."
+                f"to {fc.new!r}: {fc.record.outcome_reason or 'improved'}. The running version has {current!r}: "
+                f"move it to {fc.new!r}."
             ),
             "changes": [{"path": fc.path, "from": current, "to": fc.new, "apply": field.apply}],
             "is_actionable": True,

@@ -98,6 +98,12 @@ def test_parameter_page_to_record_to_suggestion_to_draft_version(seeded, server_
     assert f"impact record {record.pk} (improved)" in draft.comment and draft.comment.endswith("as in the festival")
     assert Pool.objects.get(name="staging").desired_version.number == 1
 
+    page.goto(f"{server_url}/templates/chat-default/")
+    listed = page.locator("[data-testid=suggestions] article")
+    assert listed.count() == 2 and listed.first.get_attribute("data-pool") == "staging"
+    page.locator("#suggestions").scroll_into_view_if_needed()
+    shot(page, "suggestions-6-template-page")
+
     oncall = new_page()
     login(oncall, server_url, "oncall")
     oncall.goto(f"{server_url}/pools/staging/")
