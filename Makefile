@@ -68,6 +68,7 @@ bench: install-dev
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/log_analysis.py
 	$(BIN)/python bench/suggestions.py
+	$(BIN)/python bench/replay_comparison.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts

@@ -18,6 +18,7 @@ from controlplane.nodes import node_api as engine_nodes
 from controlplane.operations import api as operations
 from controlplane.params import api as params
 from controlplane.replays import api as replays
+from controlplane.replays import comparison_api as replay_comparisons
 
 urlpatterns = [
     path("auth/token/", accounts.TokenIssue.as_view(), name="token-issue"),
@@ -128,6 +129,26 @@ urlpatterns = [
     path("replays/<int:pk>/cancel/", replays.ReplayRunCancel.as_view(), name="replay-cancel"),
     path("replays/<int:pk>/requests/", replays.ReplayRequestList.as_view(), name="replay-request-list"),
     path("replays/<int:pk>/export/", replays.ReplayRequestExport.as_view(), name="replay-request-export"),
+    path("replays/<int:pk>/figures/", replay_comparisons.RunFigures.as_view(), name="replay-figures"),
+    path(
+        "replays/<int:pk>/figures/export/",
+        replay_comparisons.RunFiguresExport.as_view(),
+        name="replay-figures-export",
+    ),
+    path(
+        "replays/<int:pk>/figures/requests/",
+        replay_comparisons.RunFigureRequests.as_view(),
+        name="replay-figure-requests",
+    ),
+    path("replay-comparisons/", replay_comparisons.ComparisonList.as_view(), name="replay-comparison-list"),
+    path(
+        "replay-comparisons/<int:pk>/", replay_comparisons.ComparisonDetail.as_view(), name="replay-comparison-detail"
+    ),
+    path(
+        "replay-comparisons/<int:pk>/export/",
+        replay_comparisons.ComparisonExport.as_view(),
+        name="replay-comparison-export",
+    ),
     path("audit/", audit.AuditList.as_view(), name="audit-list"),
     path("audit/export.csv", audit.AuditExport.as_view(), name="audit-export"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -170,3 +170,9 @@ class ReplayRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq}"
+
+
+# Comparisons live in their own module; importing them here registers them with the app.
+from controlplane.replays.comparison_models import ReplayComparison, ReplayComparisonRun  # noqa: E402
+
+__all__ = ["ReplayComparison", "ReplayComparisonRun", "ReplayRequest", "ReplayRun"]

@@ -12,6 +12,7 @@ engine core to the API server as msgpack, and a non-serialisable result wedged t
 Nothing here raises: an error comes back as `{"error": ...}` instead of an exception in the engine core.
 """
 
+import contextlib
 import gc
 
 
@@ -22,14 +23,13 @@ def _request_amx_permission() -> None:
     the XTILEDATA permission (arch_prctl ARCH_REQ_XCOMP_PERM) that Linux requires first: the worker dies with SIGILL
     at its first request. torch's `_init_amx` makes that request; it is a no-op where AMX is absent or granted.
     """
-    try:
+    # Never let this stop the engine from starting: a failed request leaves vLLM as it would have been.
+    with contextlib.suppress(Exception):
         import torch
 
         init_amx = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)
         if init_amx is not None and not torch.cuda.is_available():
             init_amx()
-    except Exception:  # never stop the engine from starting over an optional speed-up
-        pass
 
 
 _request_amx_permission()

@@ -25,6 +25,8 @@ from controlplane.nodes.services.client_keys import client_key_create
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.models import ConversationOverride
+from controlplane.replays.comparison_models import ReplayComparison
+from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
 from tests.advice.builders import window_rows
@@ -32,6 +34,7 @@ from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
 from tests.helpers import state_snapshot
+from tests.replays.factories import finished_run
 from tests.replays.logs import log_lines, store_log
 
 ANONYMOUS = None
@@ -364,6 +367,30 @@ MATRIX: tuple[Call, ...] = (
         writes=True,
     ),
     Call("silence-expire", "POST", RESPONDERS, 200, lambda: {"pk": _first(Silence)}, {"reason": "done"}, writes=True),
+    Call("replay-figures", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}),
+    Call("replay-figures-export", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayRun)}, {"format": "csv"}),
+    Call(
+        "replay-figure-requests",
+        "GET",
+        EVERY_ROLE,
+        200,
+        lambda: {"pk": _first(ReplayRun)},
+        {"figure": "latency.e2e_s.p99"},
+    ),
+    Call("replay-comparison-list", "GET", EVERY_ROLE, 200),
+    Call(
+        "replay-comparison-list",
+        "POST",
+        WRITERS,
+        201,
+        data=lambda: {
+            "runs": list(ReplayRun.objects.filter(status="succeeded").order_by("pk").values_list("pk", flat=True)),
+            "resamples": 100,
+        },
+        writes=True,
+    ),
+    Call("replay-comparison-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayComparison)}),
+    Call("replay-comparison-export", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ReplayComparison)}),
     # The API description is for signed-in users only, like every other page (SERVE_PERMISSIONS).
     Call("schema", "GET", EVERY_ROLE, 200),
     Call("docs", "GET", EVERY_ROLE, 200),
@@ -493,6 +520,19 @@ def convlog_world(request, tmp_path, settings):
     log_analysis_run(analysis_id=analysis.pk)
 
 
+@pytest.fixture(autouse=True)
+def replay_comparison_world(request):
+    """For the run-figure and comparison rows: two finished runs of one log (v1, v2 on staging) and their comparison."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith(("replay-figure", "replay-comparison")):
+        return
+    world = request.getfixturevalue("world")
+    agent = request.getfixturevalue("users")["agent"]
+    runs = [finished_run(actor=agent, pool=world["staging"], version=world[v], n=30) for v in ("v1", "v2")]
+    replay_comparison_create(actor=agent, run_ids=[r.pk for r in runs], resamples=100)
+
+
 def implemented_methods(pattern) -> set[str]:
     view = pattern.callback.cls(**pattern.callback.initkwargs)
     return set(view._allowed_methods()) - {"OPTIONS"}
@@ -569,6 +609,7 @@ def test_me_lists_the_actions_of_each_role(api_for):
         "intent.train",
         "warmup.write",
         "convlog.write",
+        "replay.run",
     }
     assert {"pool.publish", "pool.production_override", "convlog.import"} <= allowed(Role.SRE)
     assert "user.manage" not in allowed(Role.SRE)

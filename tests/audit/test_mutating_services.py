@@ -31,10 +31,12 @@ from controlplane.operations import degradation
 from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
 from controlplane.replays import services as replays
+from controlplane.replays.comparison_services import replay_comparison_create
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
 from tests.factories import legal_whitelist, pools, template_with_versions
+from tests.replays.factories import finished_run
 
 
 def import_every_module() -> None:
@@ -263,7 +265,20 @@ def _silence_then_expire(world):
     return alert_lifecycle.silence_expire(actor=world["oncall"], silence=silence, reason="deploy done")
 
 
+def _compare_two_logs(world):
+    """Two finished runs of different logs, compared anyway (force) with a reason."""
+    a = finished_run(actor=world["agent"], pool=world["staging"], version=world["v1"], n=50, log_name="festival")
+    b = finished_run(actor=world["agent"], pool=world["staging"], version=world["v2"], n=50, log_name="weekday")
+    world["baseline"] = AuditEntry.objects.count()
+    return replay_comparison_create(
+        actor=world["agent"], run_ids=[a.pk, b.pk], force=True, reason="weekday traffic vs festival", resamples=100
+    )
+
+
 CASES: dict[str, Case] = {
+    "controlplane.replays.comparison_services.replay_comparison_create": Case(
+        "replay.compare", "agent", "weekday traffic vs festival", _compare_two_logs
+    ),
     "controlplane.replays.services.replay_run_create": Case(
         "replay.create",
         "agent",

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_POST
 from controlplane.accounts.roles import Action
 from controlplane.convlogs.models import ConversationLog
 from controlplane.dashboard.access import page
+from controlplane.dashboard.views.replay_comparisons import figures_context
 from controlplane.lib.errors import DomainError
 from controlplane.metrics.selectors import simulated_node_counts
 from controlplane.nodes.models import Pool
@@ -93,6 +94,8 @@ def replay_detail(request, pk):
         run.pool_metrics.get("simulated_nodes") if run.pool_metrics else simulated_node_counts(pool=run.pool.name)[0]
     )
     context = {"run": run, "rows": rows, "shown": REQUEST_ROWS_SHOWN, "simulated": simulated}
+    if run.status in ReplayRun.FINISHED:
+        context.update(figures_context(run))
     return render(request, "replays/replay_detail.html", context)
 
 

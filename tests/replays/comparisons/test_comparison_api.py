@@ -1,0 +1,116 @@
+"""The comparison and run-figure endpoints: shapes, refusals naming the field, exports, the requests behind a figure."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from controlplane.replays.comparison_models import ReplayComparison
+from controlplane.replays.models import ReplayRun
+from tests.replays.factories import finished_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two_runs(agent, staging, versions):
+    v1, v2 = versions
+    slow = finished_run(actor=agent, pool=staging, version=v1, median_s=1.2, n=800, seed=1, slow_intent="coupon")
+    fast = finished_run(actor=agent, pool=staging, version=v2, median_s=0.5, n=800, seed=2)
+    return slow, fast
+
+
+def test_agent_compares_and_everyone_reads_the_permanent_link(api_for, two_runs):
+    slow, fast = two_runs
+    response = api_for("agent").post(
+        "/api/v1/replay-comparisons/", {"runs": [slow.pk, fast.pk], "label": "tuned vs defaults"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["runs"] == [slow.pk, fast.pk] and body["created_by"] == "agent"
+    assert "meets the P99 SLO" in body["verdict"][0]
+    keys = [row["key"] for row in body["result"]["figures"]]
+    assert {"latency.e2e_s.p99", "latency.ttft_s.p999", "throughput.requests_per_s", "intents.coupon.p999"} <= set(keys)
+    detail = api_for("oncall").get(f"/api/v1/replay-comparisons/{body['id']}/")
+    assert detail.status_code == 200 and detail.json()["result"] == body["result"]
+    listed = api_for("oncall").get("/api/v1/replay-comparisons/").json()
+    assert [c["id"] for c in listed["results"]] == [body["id"]]
+
+
+def test_oncall_may_not_compare(api_for, two_runs):
+    response = api_for("oncall").post("/api/v1/replay-comparisons/", {"runs": [r.pk for r in two_runs]}, format="json")
+    assert response.status_code == 403
+    assert not ReplayComparison.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "runs"),
+        ({"runs": "1,2"}, "runs"),
+        ({"runs": [1, 2], "colour": "red"}, "colour"),
+        ({"runs": [1, 2], "resamples": 5}, "resamples"),
+        ({"runs": [1, 2], "force": "yes"}, "force"),
+    ],
+)
+def test_bad_bodies_name_the_field(api_for, two_runs, body, field):
+    response = api_for("agent").post("/api/v1/replay-comparisons/", body, format="json")
+    assert response.status_code == 400
+    assert f"{field}:" in response.json()["error"], response.json()
+    assert not ReplayComparison.objects.exists()
+
+
+def test_unfinished_run_is_a_400_naming_runs(api_for, agent, staging, versions, two_runs):
+    queued = finished_run(actor=agent, pool=staging, version=versions[1], n=10, status=ReplayRun.Status.QUEUED)
+    response = api_for("agent").post(
+        "/api/v1/replay-comparisons/", {"runs": [two_runs[0].pk, queued.pk]}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == f"runs: only finished runs can be compared: run {queued.pk} is queued"
+
+
+def test_comparison_exports(api_for, two_runs):
+    slow, fast = two_runs
+    created = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [slow.pk, fast.pk]}, format="json").json()
+    as_json = api_for("oncall").get(f"/api/v1/replay-comparisons/{created['id']}/export/?format=json")
+    assert as_json["Content-Type"].startswith("application/json")
+    assert json.loads(as_json.content)["result"]["verdict"] == created["verdict"]
+    as_csv = api_for("oncall").get(f"/api/v1/replay-comparisons/{created['id']}/export/?format=csv")
+    assert as_csv["Content-Type"].startswith("text/csv")
+    assert "attachment" in as_csv["Content-Disposition"]
+    rows = list(csv.reader(io.StringIO(as_csv.content.decode())))
+    header = next(row for row in rows if row and row[0] == "figure")
+    p99 = next(row for row in rows if row and row[0] == "latency.e2e_s.p99")
+    record = dict(zip(header, p99, strict=False))
+    assert float(record[f"run {fast.pk} (chat v2) - run {slow.pk} (chat v1)"]) < -1.0
+    assert record["beyond_noise"] == "yes"
+    bad = api_for("oncall").get(f"/api/v1/replay-comparisons/{created['id']}/export/?format=xml")
+    assert bad.status_code == 400 and bad.json()["error"].startswith("format:")
+    assert api_for("oncall").get("/api/v1/replay-comparisons/999999/").status_code == 404
+
+
+def test_run_figures_export_and_the_requests_behind_a_figure(api_for, two_runs):
+    slow, _ = two_runs
+    figures = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/").json()
+    e2e = figures["figures"]["latency"]["e2e_s"]
+    assert e2e["p99"] > e2e["p95"] > e2e["p50"]
+    assert figures["latency_cdf"]["y"][-1] == 1.0
+    rows = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/requests/", {"figure": "latency.e2e_s.p99"}).json()
+    assert rows["count"] == 800 - 792 + 1  # ranks 792..800 of 800 successful requests
+    assert e2e["p99_seq"] in [r["seq"] for r in rows["results"]]
+    assert all(r["e2e_s"] >= e2e["p99"] - 1e-6 for r in rows["results"])
+    coupon = (
+        api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/requests/", {"figure": "intents.coupon.count"}).json()
+    )
+    assert coupon["count"] == figures["figures"]["intents"]["coupon"]["count"]
+    missing = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/requests/")
+    assert missing.status_code == 400 and missing.json()["error"].startswith("figure: required")
+    text = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/export/?format=csv").content.decode()
+    assert "latency.e2e_s.p99," in text and "figure,value,request_seq" in text
+    assert api_for("oncall").get("/api/v1/replays/999999/figures/").status_code == 404
+    huge = 2**70
+    assert api_for("oncall").get(f"/api/v1/replays/{huge}/figures/").status_code == 404
+    assert api_for("oncall").get(f"/api/v1/replay-comparisons/{huge}/export/").status_code == 404
+    wide = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [slow.pk, huge]}, format="json")
+    assert wide.status_code == 400 and "runs:" in wide.json()["error"]
