@@ -392,12 +392,17 @@ if METRICS_RAW_RETENTION_S < 120 or METRICS_ROLLUP_RETENTION_S < 3600:
 # QPS) or fewer 1 s samples than the minimum per window leaves the change "inconclusive", never credited.
 IMPACT_WINDOW_BEFORE_S = env_int("IMPACT_WINDOW_BEFORE_S", 600)
 IMPACT_WINDOW_AFTER_S = env_int("IMPACT_WINDOW_AFTER_S", 600)
+# The after-window starts this long after the change (cold restarts, and the agents' 10 s sample windows refilling).
+IMPACT_SETTLE_S = env_int("IMPACT_SETTLE_S", 30)
 IMPACT_LOAD_TOLERANCE_PCT = env_int("IMPACT_LOAD_TOLERANCE_PCT", 15)
 IMPACT_MIN_SAMPLES = env_int("IMPACT_MIN_SAMPLES", 60)
 if min(IMPACT_WINDOW_BEFORE_S, IMPACT_WINDOW_AFTER_S) < 10 or IMPACT_MIN_SAMPLES < 5:
     raise EnvError("IMPACT_WINDOW_BEFORE_S, IMPACT_WINDOW_AFTER_S must be at least 10, IMPACT_MIN_SAMPLES at least 5")
-if max(IMPACT_WINDOW_BEFORE_S, IMPACT_WINDOW_AFTER_S) * 2 > METRICS_RAW_RETENTION_S:
-    raise EnvError("IMPACT_WINDOW_BEFORE_S and IMPACT_WINDOW_AFTER_S must fit twice within METRICS_RAW_RETENTION_S")
+if IMPACT_WINDOW_BEFORE_S + IMPACT_SETTLE_S + IMPACT_WINDOW_AFTER_S > METRICS_RAW_RETENTION_S / 2:
+    raise EnvError(
+        "IMPACT_WINDOW_BEFORE_S + IMPACT_SETTLE_S + IMPACT_WINDOW_AFTER_S must be at most half of "
+        "METRICS_RAW_RETENTION_S (the before-window must still be there when the record is measured)"
+    )
 
 # Replay runs: caps that keep a replay from becoming a load test of the fleet (the report's tuned deployment served
 # 53 QPS; 500 is ten times that), how fast one share (one event loop in one worker) is asked to send, and how long

@@ -11,9 +11,6 @@ from controlplane.impact.windows import number
 from controlplane.metrics import selectors as metrics
 from controlplane.metrics.models import MetricSample
 
-# Before the first change, enough of the pool's figures to see what the change moved from.
-LEAD_IN = timedelta(minutes=10)
-
 
 def _plotted(value):
     """A number as itself, a bool as 0/1, anything else (a list, a name) as its JSON text on a category axis."""
@@ -32,7 +29,8 @@ def field_chart(*, path: str, pool: str, changes: list[ImpactFieldChange]) -> di
     steps = {"x": [], "y": [], "text": []}
     figures = {"p99": {"x": [], "y": []}, "qps": {"x": [], "y": []}}
     if mine:
-        start = mine[0].record.changed_at - LEAD_IN
+        # Before the first change, its before-window: what the change moved from.
+        start = mine[0].record.changed_at - timedelta(seconds=mine[0].record.window_before_s)
         if mine[0].old is not None:
             steps["x"].append(start.isoformat())
             steps["y"].append(_plotted(mine[0].old))

@@ -163,7 +163,7 @@ def overall_outcome(verdicts: dict[str, dict]) -> str:
     return "no_change"
 
 
-def outcome_sentence(outcome: str, verdicts: dict[str, dict], before: dict, after: dict, load: dict) -> str:
+def outcome_sentence(verdicts: dict[str, dict], before: dict, after: dict, load: dict) -> str:
     """One sentence a reader of the record needs: the leading figures' movement and the load it was measured at."""
     parts = []
     for key in LEADS:
@@ -176,7 +176,7 @@ def outcome_sentence(outcome: str, verdicts: dict[str, dict], before: dict, afte
         parts.append(f"{LABELS[key]} {b:.3g} → {a:.3g} ({word}, p={verdict.get('p_value') or 1:.3g})")
     ratio = load.get("qps_ratio")
     similar = f"at similar load (QPS ratio {ratio:.2f})" if ratio is not None else "load unknown"
-    return f"{outcome.replace('_', ' ')}: " + "; ".join(parts) + f"; {similar}"
+    return "; ".join(parts) + f"; {similar}"
 
 
 def _median(ordered: list[float]) -> float:

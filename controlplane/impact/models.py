@@ -1,6 +1,8 @@
 """The tuning knowledge base: one record per change to a pool (or replay comparison), with the pool's figures in a
 window before and after it and what they say about the change."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 
@@ -9,7 +11,8 @@ class ImpactRecord(models.Model):
     """A change and its measured effect: what changed, who and why, and the pool's figures before and after.
 
     Created by the service that makes the change (`services.impact_record_change`); the after-window is measured by
-    a periodic task once it has passed (`status` pending -> measured).
+    a periodic task once it has passed (`status` pending -> measured). Before-window: [changed_at - window_before_s,
+    changed_at); after-window: [changed_at + settle_s, changed_at + settle_s + window_after_s).
     """
 
     class Kind(models.TextChoices):
@@ -60,6 +63,9 @@ class ImpactRecord(models.Model):
     source = models.JSONField(default=dict, blank=True)
     window_before_s = models.PositiveIntegerField()
     window_after_s = models.PositiveIntegerField()
+    # The after-window starts this long after the change: a cold change restarts engines, and each 1 s sample covers
+    # the agents' last 10 s of requests, so the first seconds after a change mix both versions.
+    settle_s = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     measured_at = models.DateTimeField(null=True, blank=True)
     # Per figure {median, mean, p90, samples} of the window; {} until measured.
@@ -83,6 +89,14 @@ class ImpactRecord(models.Model):
 
     def __str__(self) -> str:
         return f"impact {self.pk}: {self.kind} on {self.pool_name or '-'}"
+
+    @property
+    def after_since(self):
+        return self.changed_at + timedelta(seconds=self.settle_s)
+
+    @property
+    def after_until(self):
+        return self.after_since + timedelta(seconds=self.window_after_s)
 
 
 class ImpactFieldChange(models.Model):

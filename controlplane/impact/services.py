@@ -75,6 +75,7 @@ def _create(
         source=source,
         window_before_s=settings.IMPACT_WINDOW_BEFORE_S,
         window_after_s=settings.IMPACT_WINDOW_AFTER_S,
+        settle_s=settings.IMPACT_SETTLE_S,
     )
     if version_after is not None and (version_before is None or version_before.pk != version_after.pk):
         old = version_before.effective_params if version_before is not None else {}
@@ -93,7 +94,7 @@ def impact_record_measure(*, record_id: int, now: datetime | None = None) -> Imp
         record = ImpactRecord.objects.select_for_update(skip_locked=True).filter(pk=record_id).first()
         if record is None or record.status != ImpactRecord.Status.PENDING:
             return record
-        if record.changed_at + timedelta(seconds=record.window_after_s) > now:
+        if record.after_until > now:
             return record
         _measure(record)
         record.status, record.measured_at = ImpactRecord.Status.MEASURED, now
@@ -104,7 +105,7 @@ def impact_record_measure(*, record_id: int, now: datetime | None = None) -> Imp
 def _measure(record: ImpactRecord) -> None:
     at = record.changed_at
     before = window_samples(pool_name=record.pool_name, since=at - timedelta(seconds=record.window_before_s), until=at)
-    after = window_samples(pool_name=record.pool_name, since=at, until=at + timedelta(seconds=record.window_after_s))
+    after = window_samples(pool_name=record.pool_name, since=record.after_since, until=record.after_until)
     record.before = {key: conclusions.summary(before[key]) for key in conclusions.FIGURE_KEYS}
     record.after = {key: conclusions.summary(after[key]) for key in conclusions.FIGURE_KEYS}
     record.load, why_not = conclusions.load_check(
@@ -123,7 +124,7 @@ def _measure(record: ImpactRecord) -> None:
     else:
         record.outcome = conclusions.overall_outcome(record.conclusions)
         record.outcome_reason = conclusions.outcome_sentence(
-            record.outcome, record.conclusions, record.before, record.after, record.load
+            record.conclusions, record.before, record.after, record.load
         )
 
 
@@ -132,10 +133,10 @@ def impact_records_measure_due(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     measured = 0
     pending = ImpactRecord.objects.filter(status=ImpactRecord.Status.PENDING).values_list(
-        "pk", "changed_at", "window_after_s"
+        "pk", "changed_at", "settle_s", "window_after_s"
     )
-    for pk, changed_at, window_after_s in pending:
-        if changed_at + timedelta(seconds=window_after_s) <= now:
+    for pk, changed_at, settle_s, window_after_s in pending:
+        if changed_at + timedelta(seconds=settle_s + window_after_s) <= now:
             record = impact_record_measure(record_id=pk, now=now)
             measured += record is not None and record.status == ImpactRecord.Status.MEASURED
     return measured

@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.impact.comparisons import impact_record_comparison
 from controlplane.lib.errors import InvalidField
 from controlplane.nodes.services.rollouts import p99_thresholds
 from controlplane.params.diff import params_diff
@@ -178,4 +179,5 @@ def replay_comparison_create(
             after={"runs": [r.pk for r in runs], "verdict": result["verdict"], "forced": bool(forced_reason)},
             reason=forced_reason,
         )
+        impact_record_comparison(comparison=comparison, runs=runs)
     return comparison

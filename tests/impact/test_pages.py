@@ -55,7 +55,7 @@ def test_record_page_shows_verdicts_load_and_diff(users, measured):
     assert "Worsened" in html and "cooler &lt;b&gt;strict&lt;/b&gt; tier" in html
     assert 'data-figure="latency_p99_s"' in html and "verdict-worsened" in html
     assert "after/before ratio 1.00" in html
-    assert 'href="/params/fields/temperature.strict/"' in html
+    assert 'href="/params/fields/temperature.strict/?pool=staging"' in html
 
 
 def test_list_filters_and_a_bad_filter_names_the_field(users, measured):

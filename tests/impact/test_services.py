@@ -148,3 +148,19 @@ def test_thin_data_is_inconclusive(sre, staging, settings):
     record = impact_record_measure(record_id=_record_at(staging, at, sre).pk)
     assert record.outcome == "inconclusive"
     assert record.outcome_reason == "too few samples: 60 1 s samples before and 12 after (at least 30 each)"
+
+
+def test_the_after_window_starts_once_the_change_has_settled(sre, staging, settings):
+    settings.IMPACT_WINDOW_BEFORE_S = settings.IMPACT_WINDOW_AFTER_S = 60
+    settings.IMPACT_SETTLE_S = 20
+    settings.IMPACT_MIN_SAMPLES = 30
+    at = timezone.now().replace(microsecond=0) - timedelta(seconds=100)
+    pool_rows("staging", at - timedelta(seconds=60), 60, p99=0.5, qps=20)
+    pool_rows("staging", at, 20, p99=3.0, qps=5)  # engines restarting: slow, and little served
+    pool_rows("staging", at + timedelta(seconds=20), 60, p99=0.3, qps=20)
+    record = _record_at(staging, at, sre)
+    assert record.settle_s == 20 and record.after_until == at + timedelta(seconds=80)
+    assert impact_record_measure(record_id=record.pk, now=at + timedelta(seconds=79)).status == "pending"
+    record = impact_record_measure(record_id=record.pk, now=at + timedelta(seconds=80))
+    assert (record.outcome, record.after["latency_p99_s"]["samples"]) == ("improved", 60)
+    assert record.load["qps_ratio"] == pytest.approx(1.0, abs=0.02)

@@ -1,6 +1,7 @@
 """Impact pages: the record list with its filters, one record, and the page of one parameter field."""
 
 from collections import Counter
+from types import SimpleNamespace
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404, render
@@ -44,14 +45,19 @@ def record_list(request):
 @page()
 def record_detail(request, pk):
     record = get_object_or_404(selectors.impact_records(), pk=pk)
+    if record.kind == ImpactRecord.Kind.REPLAY_COMPARISON:
+        figures = [SimpleNamespace(key=key, label=v.get("label", key)) for key, v in record.conclusions.items()]
+    else:
+        figures = list(conclusions.FIGURES)
     rows = [
         {
             "figure": figure,
             "before": record.before.get(figure.key) or {},
             "after": record.after.get(figure.key) or {},
             "verdict": record.conclusions.get(figure.key) or {},
+            "label": ((record.conclusions.get(figure.key) or {}).get("verdict") or "unknown").replace("_", " "),
         }
-        for figure in conclusions.FIGURES
+        for figure in figures
     ]
     return render(request, "impact/record_detail.html", {"record": record, "rows": rows})
 
