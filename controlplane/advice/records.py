@@ -36,7 +36,7 @@ def measured_changes(pool) -> dict[str, list[ImpactFieldChange]]:
             record__outcome__in=[ImpactRecord.Outcome.IMPROVED, ImpactRecord.Outcome.WORSENED],
         )
         .select_related("record")
-        .defer("record__after", "record__conclusions", "record__load", "record__source")
+        .defer("record__after", "record__conclusions", "record__source")
         .order_by("-record__changed_at", "-record_id", "id")[:MAX_CHANGES]
     )
     found: dict[str, list[ImpactFieldChange]] = {ImpactRecord.Outcome.IMPROVED: [], ImpactRecord.Outcome.WORSENED: []}
@@ -46,8 +46,9 @@ def measured_changes(pool) -> dict[str, list[ImpactFieldChange]]:
 
 
 def similar_load(record: ImpactRecord, figures: WindowFigures) -> tuple[bool, float | None]:
-    """Whether the record's before-window QPS is within the load tolerance of the window's; (False, None) unknown."""
-    then = (record.before.get("qps") or {}).get("median")
+    """Whether the record's before-window QPS (a replay comparison's: its baseline run's achieved QPS) is within the
+    load tolerance of the window's; (False, None) when either is unknown."""
+    then = (record.before.get("qps") or {}).get("median") or (record.load or {}).get("qps_before")
     now = figures.means.get("qps")
     if not then or now is None:
         return False, None

@@ -1,9 +1,10 @@
 """Suggestions from impact records: an improved change at a similar load, worsened fields flagged, cautions."""
 
 import pytest
+from django.utils import timezone
 
 from controlplane.advice.selectors import pool_suggestions
-from controlplane.impact.models import ImpactRecord
+from controlplane.impact.models import ImpactFieldChange, ImpactRecord
 from controlplane.impact.services import impact_record_change
 from tests.advice.builders import running, versions_of, window_rows
 
@@ -80,3 +81,28 @@ def test_a_worsened_change_the_other_way_is_no_caution(world):
     measured(pool, v8, v16_again, "worsened")  # raising it worsened things; lowering it is not the same move
     window_rows(pool.name, batch_idle_ratio=0.3)
     assert by_id(pool)["batch-idle"]["cautions"] == []
+
+
+def test_a_replay_comparison_that_improved_at_the_replayed_rate_counts(world, agent):
+    pool, v16, v8, _ = world
+    record = ImpactRecord.objects.create(  # the shape impact.comparisons writes: the runs' figures, QPS in `load`
+        kind=ImpactRecord.Kind.REPLAY_COMPARISON,
+        pool=pool,
+        pool_name=pool.name,
+        version_before=v16,
+        version_after=v8,
+        actor=agent,
+        actor_name="agent",
+        changed_at=timezone.now(),
+        window_before_s=0,
+        window_after_s=0,
+        status=ImpactRecord.Status.MEASURED,
+        before={"latency.e2e_s.p99": {"median": 1.9}},
+        load={"qps_before": 9.5, "qps_after": 9.6},
+        outcome=ImpactRecord.Outcome.IMPROVED,
+        outcome_reason="P99 1.9 s -> 1.4 s beyond noise",
+    )
+    ImpactFieldChange.objects.create(record=record, path="batch.max_size", old=16, new=8, apply="hot")
+    window_rows(pool.name)
+    found = by_id(pool)["record-batch.max_size"]
+    assert found["records"][0]["kind"] == "replay_comparison" and found["changes"][0]["to"] == 8
