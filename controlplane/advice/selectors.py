@@ -28,7 +28,7 @@ def alert_lines() -> dict[str, tuple[float, float | None]]:
     from controlplane.alerts.models import AlertRuleVersion
 
     lines = {rule["name"]: (rule["warn"], rule["critical"]) for rule in DEFAULT_RULES if rule["name"] in RULE_NAMES}
-    for version in AlertRuleVersion.objects.filter(rule__name__in=RULE_NAMES).order_by("rule__name", "number"):
+    for version in AlertRuleVersion.objects.filter(rule__name__in=RULE_NAMES).select_related("rule").order_by("number"):
         lines[version.rule.name] = (version.warn, version.critical) if version.is_enabled else lines[version.rule.name]
     return lines
 

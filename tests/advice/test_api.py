@@ -149,3 +149,24 @@ def test_template_apply_needs_a_pool_running_the_template(api_for, staging, agen
     url = reverse("api:template-suggestion-apply", kwargs={"name": "chat"})
     response = api_for("sre").post(url, {"pool": "staging", "suggestion": "batch-idle"}, format="json")
     assert response.status_code == 201 and response.json()["ref"] == "chat:2"
+
+
+def test_the_lines_follow_the_alert_rules_as_sres_edit_them(api_for, staging, sre):
+    from controlplane.advice.selectors import pool_suggestions
+    from controlplane.alerts.defaults import install_default_rules
+    from controlplane.alerts.models import AlertRule, AlertRuleVersion
+    from controlplane.alerts.services.rules import alert_rule_version_create
+
+    install_default_rules(AlertRule, AlertRuleVersion)
+    pool = Pool.objects.get(name="staging")
+
+    def batch_idle_line(warn: float) -> None:
+        rule = AlertRule.objects.get(name="batch-idle")
+        fields = rule.versions.get(number=rule.latest_number).fields() | {"warn": warn}
+        alert_rule_version_create(actor=sre, rule=rule, base_number=rule.latest_number, **fields)
+
+    batch_idle_line(0.22)
+    assert pool_suggestions(pool=pool, use_cache=False)["suggestions"] == []  # 22 % is not above a 22 % line
+    batch_idle_line(0.2)
+    found = pool_suggestions(pool=pool, use_cache=False)["suggestions"]
+    assert [s["id"] for s in found] == ["batch-idle"] and found[0]["evidence"][1]["display"] == "20.0%"
