@@ -69,6 +69,7 @@ bench: install-dev
 	$(BIN)/python bench/log_analysis.py
 	$(BIN)/python bench/suggestions.py
 	$(BIN)/python bench/replay_comparison.py
+	$(BIN)/python bench/impact_conclusions.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts

@@ -1,6 +1,6 @@
 """Reads of impact records: the filtered list, one record, and the history of one parameter field."""
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db.models import Prefetch, QuerySet
 from django.utils.dateparse import parse_datetime
@@ -29,10 +29,17 @@ def _choice(name: str, value: str, choices) -> str:
 
 
 def _time(name: str, value: str) -> datetime:
-    parsed = parse_datetime(value)
+    """ISO 8601 in UTC (Postgres refuses offsets past 15:59 that Python accepts, as controlplane/lib/filters.py)."""
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        parsed = None
     if parsed is None:
         raise InvalidField(name, f"expected an ISO 8601 date and time, got {value[:60]!r}")
-    return make_aware(parsed) if is_naive(parsed) else parsed
+    try:
+        return make_aware(parsed, UTC) if is_naive(parsed) else parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidField(name, "is out of range") from None
 
 
 def impact_records(

@@ -1,5 +1,6 @@
 """Shapes of impact records in the API."""
 
+from django.urls import reverse
 from rest_framework import serializers
 
 from controlplane.impact.models import ImpactRecord
@@ -59,4 +60,4 @@ class ImpactRecordSerializer(serializers.ModelSerializer):
         return record.source.get("id") if record.source.get("type") == "replay_comparison" else None
 
     def get_url(self, record) -> str:
-        return f"/impact/{record.pk}/"
+        return reverse("dashboard:impact-record", kwargs={"pk": record.pk})

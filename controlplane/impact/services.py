@@ -119,6 +119,18 @@ def _measure(record: ImpactRecord) -> None:
     record.conclusions = {
         f.key: conclusions.figure_verdict(f, before[f.key], after[f.key]) for f in conclusions.FIGURES
     }
+    # Other changes to the pool inside either window share the credit: named on the record, for the reader to weigh.
+    record.load["overlapping"] = list(
+        ImpactRecord.objects.filter(
+            pool_name=record.pool_name,
+            changed_at__gte=at - timedelta(seconds=record.window_before_s),
+            changed_at__lt=record.after_until,
+        )
+        .exclude(pk=record.pk)
+        .exclude(kind=ImpactRecord.Kind.REPLAY_COMPARISON)
+        .order_by("changed_at")
+        .values_list("pk", flat=True)[:20]
+    )
     if why_not:
         record.outcome, record.outcome_reason = ImpactRecord.Outcome.INCONCLUSIVE, why_not
     else:

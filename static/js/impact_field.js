@@ -5,12 +5,16 @@
   const div = document.getElementById("field-chart");
   if (!data || !div || !window.Plotly) return;
   const chart = JSON.parse(data.textContent);
+  // Plotly renders a subset of HTML in hover text and category labels (links among it): reasons and values are
+  // people's text, so shown as text.
+  const plain = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const stepValues = chart.numeric ? chart.steps.y : chart.steps.y.map((y) => (y === null ? y : plain(y)));
   const traces = [
     {
-      name: chart.path,
+      name: plain(chart.path),
       x: chart.steps.x,
-      y: chart.steps.y,
-      text: chart.steps.text,
+      y: stepValues,
+      text: chart.steps.text.map(plain),
       mode: "lines+markers",
       line: { shape: "hv", color: "#1f4fa8" },
       hovertemplate: "%{y}<br>%{text}<extra></extra>",

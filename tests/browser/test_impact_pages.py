@@ -98,3 +98,46 @@ def test_field_page_charts_the_value_against_p99_and_lists_outcomes(seeded, serv
     table = page.text_content("[data-testid=field-changes]")
     assert "16 → 32" in table and "8 → 16" in table and "bigger batches for the evening peak" in table
     shot(page, "impact-field-page")
+
+
+HOSTILE_REASON = '<a href="javascript:window.pwned=1">click</a><img src=x onerror="window.pwned=2">'
+
+
+def test_markup_in_reasons_and_values_stays_text_in_the_chart(seeded, server_url, new_page, shot):
+    """The attack of tests/security/test_impact_attacks.py, in Chromium: Plotly renders a subset of HTML in hover
+    text and category labels, so a reason or a pattern list reaches it as text."""
+
+    def run():
+        try:
+            from controlplane.accounts.models import User
+            from controlplane.nodes.services.pools import pool_create, pool_publish
+            from controlplane.params.services.templates import template_create, template_version_create
+
+            sre = User.objects.get(username="sre")
+            pool = pool_create(actor=sre, name="hostile", is_production=False)
+            template = template_create(actor=sre, name="hostile")
+            for i, patterns in enumerate((["plain"], ['<a href="javascript:window.pwned=3">x</a>'])):
+                version = template_version_create(
+                    actor=sre,
+                    template=template,
+                    document={"inference_params": {"temperature": {"strict_patterns": patterns}}},
+                    base_number=i or None,
+                )
+                pool_publish(actor=sre, pool=pool, version=version, reason=HOSTILE_REASON)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    page = new_page()
+    login(page, server_url, "agent")
+    page.goto(f"{server_url}/params/fields/temperature.strict_patterns/?pool=hostile")
+    page.wait_for_function("document.querySelector('#field-chart .main-svg') !== null")
+    page.evaluate("Plotly.Fx.hover('field-chart', [{curveNumber: 0, pointNumber: 1}])")
+    page.wait_for_selector("#field-chart .hoverlayer .hovertext")
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("#field-chart a").count() == 0 and page.locator("#field-chart img").count() == 0
+    assert 'href="javascript' in page.inner_text("#field-chart")  # shown, as text
+    assert page.locator("[data-testid=field-changes] a[href^=javascript]").count() == 0
+    shot(page, "impact-field-page-hostile")

@@ -76,3 +76,8 @@ def test_field_page_lists_changes_and_charts_them(users, measured):
 def test_version_page_links_field_names(users, measured):
     html = client_for(users["agent"]).get("/templates/chat/v1/").content.decode()
     assert 'href="/params/fields/batch.max_size/"' in html
+
+
+def test_pool_page_links_its_records(users, measured):
+    html = client_for(users["oncall"]).get("/pools/staging/").content.decode()
+    assert 'href="/impact/?pool=staging"' in html

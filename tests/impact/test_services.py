@@ -164,3 +164,18 @@ def test_the_after_window_starts_once_the_change_has_settled(sre, staging, setti
     record = impact_record_measure(record_id=record.pk, now=at + timedelta(seconds=80))
     assert (record.outcome, record.after["latency_p99_s"]["samples"]) == ("improved", 60)
     assert record.load["qps_ratio"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_other_changes_inside_the_windows_are_named(sre, staging, settings, client):
+    settings.IMPACT_WINDOW_BEFORE_S = settings.IMPACT_WINDOW_AFTER_S = 60
+    settings.IMPACT_MIN_SAMPLES = 30
+    at = timezone.now().replace(microsecond=0) - timedelta(seconds=200)
+    pool_rows("staging", at - timedelta(seconds=60), 120, p99=0.5, qps=20)
+    record = _record_at(staging, at, sre)
+    inside = impact_record_change(kind="degradation_on", pool=staging, actor=sre, changed_at=at + timedelta(seconds=30))
+    impact_record_change(kind="cleanup", pool=staging, actor=sre, changed_at=at + timedelta(seconds=90))  # after
+    record = impact_record_measure(record_id=record.pk)
+    assert record.load["overlapping"] == [inside.pk]
+    client.force_login(sre)
+    html = client.get(f"/impact/{record.pk}/").content.decode()
+    assert f'share the credit: <a href="/impact/{inside.pk}/">#{inside.pk}</a>.' in html
