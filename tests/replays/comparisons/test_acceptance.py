@@ -4,6 +4,13 @@ cap 256 with continuation, `legal` whitelist, batching), then compared.
 
 Everything measured here comes from the vLLM-protocol simulator (engine_node.simulator, the demo profile sized to
 the report's tuned deployment): the figures are simulated, not vLLM measurements, and the test prints them so.
+
+The report saw P99 fall (4.1 s to 2.8 s) and throughput rise (+36 %) from the cap alone. The simulator does not
+reproduce that direction, and the test does not assert it: the gateway continues every reply the cap cut
+mid-sentence (as a real model cut at an arbitrary token almost always is), so the template generates as many tokens
+as the defaults and each continued reply re-reads the same KV; docs/comparisons.md gives the figures and the
+reasoning. What the test asserts instead is that mechanism: the template's cut replies were continued, the
+defaults' never.
 """
 
 import json
@@ -154,11 +161,21 @@ def test_defaults_and_the_report_template_replayed_and_compared(demo_fleet, sre,
             f"  {key:<32} defaults {row['values'][0]!s:>10}  report {row['values'][1]!s:>10}  diff {cmp['diff']!s:>10} "
             f"ci {cmp['ci']}  {'beyond' if cmp['beyond_noise'] else 'within'} noise"
         )
+    for run, figures in zip((baseline, tuned), result["runs"], strict=True):
+        print(
+            f"  run {run.pk} continuation rounds {figures['figures']['continuation_rounds']}, "
+            f"output tokens {figures['figures']['throughput']['output_tokens']}"
+        )
     print("  verdict:", result["verdict"][0])
     for run in (baseline, tuned):
         failures = run.requests.filter(ok=False).values_list("status_code", "error").annotate(n=Count("pk"))
         assert run.requests.count() == CONVERSATIONS and not failures, (run.pk, list(failures)[:5])
     assert result["is_simulated"] is True
+    # Why the report's direction does not appear: the template's gateway continued the replies its cap cut (9 % of
+    # replies are longer than 256 tokens), so they kept their length; the defaults' 512 cap continues nothing.
+    rounds = [figures["figures"]["continuation_rounds"] for figures in result["runs"]]
+    assert set(rounds[0]) == {"0"}, rounds[0]
+    assert rounds[1].get("1", 0) + rounds[1].get("2", 0) >= CONVERSATIONS * 0.04, rounds[1]
     assert [r["template_version"] for r in result["runs"]] == ["chat v1", "chat v2"]
     assert [r["label"] for r in result["slo"]["runs"]] == [
         f"run {baseline.pk} (defaults)",
