@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "controlplane.alerts",
     "controlplane.replays",
     "controlplane.impact",
+    "controlplane.advice",
     "controlplane.dashboard",
 ]
 
@@ -326,6 +327,8 @@ SPECTACULAR_SETTINGS = {
         "ConversationLogSourceEnum": "controlplane.convlogs.models.ConversationLog.Source",
         "ConversationLogFormatEnum": "controlplane.convlogs.models.ConversationLog.Format",
         "LogAnalysisStatusEnum": "controlplane.convlogs.models.LogAnalysis.Status",
+        "SeverityEnum": "controlplane.alerts.models.Severity",
+        "SuggestionSeverityEnum": "controlplane.advice.rules.Severity",
     },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",

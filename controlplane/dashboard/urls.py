@@ -5,6 +5,7 @@ from django.urls import path
 
 from controlplane.dashboard.views import (
     accounts,
+    advice,
     alerts,
     audit,
     catalog,
@@ -40,6 +41,11 @@ urlpatterns = [
     path("models/<str:name>/", catalog.model_detail, name="model-detail"),
     path("pools/", pools.pool_list, name="pools"),
     path("pools/<slug:name>/", pools.pool_detail, name="pool-detail"),
+    path(
+        "pools/<slug:name>/suggestions/<str:suggestion>/",
+        advice.suggestion_preview,
+        name="suggestion-preview",
+    ),
     path("pools/<slug:name>/publish/", pools.pool_publish, name="pool-publish"),
     path("pools/<slug:name>/rollback/", pools.pool_rollback, name="pool-rollback"),
     path("pools/<slug:name>/rollout/", pools.pool_rollout_action, name="pool-rollout"),

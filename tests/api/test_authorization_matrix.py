@@ -29,6 +29,7 @@ from controlplane.replays.comparison_models import ReplayComparison
 from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
+from tests.advice.builders import window_rows
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
@@ -169,6 +170,18 @@ MATRIX: tuple[Call, ...] = (
     ),
     Call("pool-rollback", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "regression"}, writes=True),
     Call("pool-rollback-preview", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-suggestions", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-suggestion-apply", "POST", WRITERS, 201, {"name": "staging"}, {"suggestion": "batch-idle"}, writes=True),
+    Call("template-suggestions", "GET", EVERY_ROLE, 200, CHAT),
+    Call(
+        "template-suggestion-apply",
+        "POST",
+        WRITERS,
+        201,
+        CHAT,
+        {"pool": "staging", "suggestion": "batch-idle"},
+        writes=True,
+    ),
     Call("replay-list", "GET", EVERY_ROLE, 200),
     Call(
         "replay-list",
@@ -460,6 +473,17 @@ def warmup_world(request):
     request.getfixturevalue("world")
     agent = request.getfixturevalue("users")["agent"]
     warmup_dataset_create(actor=agent, name="faq", content="text\nwhere is my order?\n", fmt="csv")
+
+
+@pytest.fixture(autouse=True)
+def advice_world(request):
+    """For the suggestion rows only: two minutes of staging's figures with batches idle 30 % of the time."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or "suggestion" not in call.name:
+        return
+    request.getfixturevalue("world")
+    window_rows("staging", batch_idle_ratio=0.3)
 
 
 @pytest.fixture(autouse=True)
