@@ -67,7 +67,9 @@ bench: install-dev
 	$(BIN)/python bench/simulator_profile.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/log_analysis.py
+	$(BIN)/python bench/suggestions.py
 	$(BIN)/python bench/replay_comparison.py
+	$(BIN)/python bench/impact_conclusions.py
 	$(BIN)/python bench/tuning.py
 
 clean:

@@ -4,11 +4,13 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.accounts import api as accounts
+from controlplane.advice import api as advice
 from controlplane.alerts import api as alerts
 from controlplane.audit import api as audit
 from controlplane.catalog import api as catalog
 from controlplane.convlogs import api as convlogs
 from controlplane.datasets import api as datasets
+from controlplane.impact import api as impact
 from controlplane.metrics import api as metrics
 from controlplane.nodes import api as nodes
 from controlplane.nodes import client_key_api as client_keys
@@ -29,6 +31,12 @@ urlpatterns = [
     path("templates/", params.TemplateList.as_view(), name="template-list"),
     path("templates/<slug:name>/", params.TemplateDetail.as_view(), name="template-detail"),
     path("templates/<slug:name>/versions/", params.TemplateVersionList.as_view(), name="template-version-list"),
+    path("templates/<slug:name>/suggestions/", advice.TemplateSuggestions.as_view(), name="template-suggestions"),
+    path(
+        "templates/<slug:name>/suggestions/apply/",
+        advice.TemplateSuggestionApply.as_view(),
+        name="template-suggestion-apply",
+    ),
     path("templates/<slug:name>/import/", params.TemplateImport.as_view(), name="template-import"),
     path("templates/<slug:name>/diff/", params.TemplateDiff.as_view(), name="template-diff"),
     path(
@@ -51,8 +59,12 @@ urlpatterns = [
     path("whitelists/", params.WhitelistList.as_view(), name="whitelist-list"),
     path("whitelists/<slug:name>/", params.WhitelistDetail.as_view(), name="whitelist-detail"),
     path("whitelists/<slug:name>/versions/", params.WhitelistVersionList.as_view(), name="whitelist-version-list"),
+    path("impact-records/", impact.ImpactRecordList.as_view(), name="impact-record-list"),
+    path("impact-records/<int:pk>/", impact.ImpactRecordDetail.as_view(), name="impact-record-detail"),
     path("pools/", nodes.PoolList.as_view(), name="pool-list"),
     path("pools/<slug:name>/", nodes.PoolDetail.as_view(), name="pool-detail"),
+    path("pools/<slug:name>/suggestions/", advice.PoolSuggestions.as_view(), name="pool-suggestions"),
+    path("pools/<slug:name>/suggestions/apply/", advice.PoolSuggestionApply.as_view(), name="pool-suggestion-apply"),
     path("pools/<slug:name>/releases/", nodes.PoolReleaseList.as_view(), name="pool-release-list"),
     path("pools/<slug:name>/publish/", nodes.PoolPublish.as_view(), name="pool-publish"),
     path("pools/<slug:name>/rollback/", nodes.PoolRollback.as_view(), name="pool-rollback"),

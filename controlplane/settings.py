@@ -57,6 +57,8 @@ INSTALLED_APPS = [
     "controlplane.alerts",
     "controlplane.replays",
     "controlplane.tuning",
+    "controlplane.impact",
+    "controlplane.advice",
     "controlplane.dashboard",
 ]
 
@@ -234,6 +236,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 60},
     },
+    # Every 15 s: an impact record's after-window is minutes long; measuring up to 15 s after it closed changes
+    # nothing, and a pass reads only the records whose window has passed.
+    "impact-measure": {
+        "task": "controlplane.impact.tasks.impact_records_measure_task",
+        "schedule": 15.0,
+        "options": {"expires": 30},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.
@@ -322,6 +331,8 @@ SPECTACULAR_SETTINGS = {
         "TuningTrialStateEnum": "controlplane.tuning.models.TuningTrial.State",
         # Replay runs and tuning studies share these states.
         "RunStatusEnum": "controlplane.tuning.models.TuningStudy.Status",
+        "SeverityEnum": "controlplane.alerts.models.Severity",
+        "SuggestionSeverityEnum": "controlplane.advice.rules.Severity",
     },
     "SERVE_PERMISSIONS": ["controlplane.accounts.permissions.HasRole"],
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -379,6 +390,23 @@ METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)
 if METRICS_RAW_RETENTION_S < 120 or METRICS_ROLLUP_RETENTION_S < 3600:
     raise EnvError("METRICS_RAW_RETENTION_S must be at least 120 and METRICS_ROLLUP_RETENTION_S at least 3600")
+
+# Impact records: the pool's figures this long before and after each change are compared (10 min each by default,
+# long enough for some 60 independent 10 s sample windows per side); a load shift beyond the tolerance (after/before
+# QPS) or fewer 1 s samples than the minimum per window leaves the change "inconclusive", never credited.
+IMPACT_WINDOW_BEFORE_S = env_int("IMPACT_WINDOW_BEFORE_S", 600)
+IMPACT_WINDOW_AFTER_S = env_int("IMPACT_WINDOW_AFTER_S", 600)
+# The after-window starts this long after the change (cold restarts, and the agents' 10 s sample windows refilling).
+IMPACT_SETTLE_S = env_int("IMPACT_SETTLE_S", 30)
+IMPACT_LOAD_TOLERANCE_PCT = env_int("IMPACT_LOAD_TOLERANCE_PCT", 15)
+IMPACT_MIN_SAMPLES = env_int("IMPACT_MIN_SAMPLES", 60)
+if min(IMPACT_WINDOW_BEFORE_S, IMPACT_WINDOW_AFTER_S) < 10 or IMPACT_MIN_SAMPLES < 5:
+    raise EnvError("IMPACT_WINDOW_BEFORE_S, IMPACT_WINDOW_AFTER_S must be at least 10, IMPACT_MIN_SAMPLES at least 5")
+if IMPACT_WINDOW_BEFORE_S + IMPACT_SETTLE_S + IMPACT_WINDOW_AFTER_S > METRICS_RAW_RETENTION_S / 2:
+    raise EnvError(
+        "IMPACT_WINDOW_BEFORE_S + IMPACT_SETTLE_S + IMPACT_WINDOW_AFTER_S must be at most half of "
+        "METRICS_RAW_RETENTION_S (the before-window must still be there when the record is measured)"
+    )
 
 # Replay runs: caps that keep a replay from becoming a load test of the fleet (the report's tuned deployment served
 # 53 QPS; 500 is ten times that), how fast one share (one event loop in one worker) is asked to send, and how long

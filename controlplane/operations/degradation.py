@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, InvalidField, required_text
 from controlplane.metrics import selectors as metrics
 from controlplane.metrics.models import MetricSample
@@ -230,6 +231,15 @@ def _record(state: PoolDegradation, kind: str, *, before: dict, actor, now: date
     )
     action = "pool.degrade" if kind == DegradationEvent.Kind.ENTERED else "pool.degrade_end"
     audit_record(actor=actor, action=action, target=pool, before=before, after=state.snapshot(), reason=state.reason)
+    impact_hooks.degradation(
+        pool=pool,
+        entered=kind == DegradationEvent.Kind.ENTERED,
+        actor=actor,
+        reason=state.reason,
+        cause=state.cause,
+        event_id=event.pk,
+        at=now,
+    )
     transaction.on_commit(lambda: push_policy([pool]))
     params = params_of(pool)
     if params["speculative"]["enabled"] and not params["degradation"]["speculative_decoding"]:

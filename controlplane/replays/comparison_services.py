@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.impact.comparisons import impact_record_comparison
 from controlplane.lib.errors import InvalidField
 from controlplane.nodes.services.rollouts import p99_thresholds
 from controlplane.params.diff import params_diff
@@ -17,6 +18,8 @@ MAX_RUNS = 6
 # Repeat runs of a compared version (same traffic, same template content) whose spread joins the noise verdict.
 MAX_REPEATS = 5
 MAX_RESAMPLES = 10000
+# Ids are 64-bit: a larger number names no run (and the database would refuse to compare with it).
+MAX_ID = 2**63
 
 
 def traffic_key(run: ReplayRun) -> tuple:
@@ -35,7 +38,9 @@ def traffic_key(run: ReplayRun) -> tuple:
 
 
 def _checked_runs(run_ids, *, force: bool) -> list[ReplayRun]:
-    if not isinstance(run_ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in run_ids):
+    if not isinstance(run_ids, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 < i < MAX_ID for i in run_ids
+    ):
         raise InvalidField("runs", "must be a list of replay run ids, the baseline first")
     if len(run_ids) < 2 or len(run_ids) > MAX_RUNS:
         raise InvalidField("runs", f"name between 2 and {MAX_RUNS} runs, got {len(run_ids)}")
@@ -174,4 +179,5 @@ def replay_comparison_create(
             after={"runs": [r.pk for r in runs], "verdict": result["verdict"], "forced": bool(forced_reason)},
             reason=forced_reason,
         )
+        impact_record_comparison(comparison=comparison, runs=runs)
     return comparison

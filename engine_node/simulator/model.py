@@ -37,7 +37,7 @@ class SpeculativeConfig:
 
 
 class LatencyModel:
-    """Engine-step cost: prefill work plus a decode step that grows with the running batch."""
+    """Engine-step cost: prefill work plus a decode step that grows with the running batch and the KV it reads."""
 
     def __init__(self, profile: Profile, quantization: str | None, speculative: SpeculativeConfig | None) -> None:
         self._profile = profile
@@ -46,14 +46,22 @@ class LatencyModel:
             self._factor *= profile.supported_quantizations[quantization]
         self._spec_overhead = profile.verify_overhead if speculative else 1.0
 
-    def step_seconds(self, prefill_tokens: int, decode_seqs: int, latency_factor: float = 1.0) -> float:
-        """Wall-clock seconds of one step that prefills `prefill_tokens` and decodes `decode_seqs` sequences."""
+    def step_seconds(
+        self, prefill_tokens: int, decode_seqs: int, latency_factor: float = 1.0, kv_tokens: int = 0
+    ) -> float:
+        """Wall-clock seconds of one step that prefills `prefill_tokens` and decodes `decode_seqs` sequences.
+
+        `kv_tokens` is the context the step's decoding sequences attend over (their prompt and output so far): decode
+        attention reads every one of those tokens' K and V from GPU memory, so a memory-bound step costs
+        `decode_per_kv_token_ms` per token on top of the per-sequence cost (0 in the default profile).
+        """
         p = self._profile
         ms = 0.0
         if prefill_tokens:
             ms += p.prefill_base_ms + p.prefill_per_token_ms * prefill_tokens
         if decode_seqs:
-            ms += (p.decode_base_ms + p.decode_per_seq_ms * decode_seqs) * self._spec_overhead
+            decode_ms = p.decode_base_ms + p.decode_per_seq_ms * decode_seqs + p.decode_per_kv_token_ms * kv_tokens
+            ms += decode_ms * self._spec_overhead
         return ms * self._factor * latency_factor
 
 

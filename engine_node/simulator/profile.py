@@ -68,6 +68,7 @@ class Profile:
     prefill_per_token_ms: float
     decode_base_ms: float
     decode_per_seq_ms: float
+    decode_per_kv_token_ms: float
     reply_median: float
     reply_sigma: float
     reply_min: int
@@ -172,6 +173,9 @@ def _build(document: dict) -> Profile:
         prefill_per_token_ms=_number(latency.get("prefill_per_token_ms"), "latency.prefill_per_token_ms", low=0.0),
         decode_base_ms=_number(latency.get("decode_base_ms"), "latency.decode_base_ms", low=0.0),
         decode_per_seq_ms=_number(latency.get("decode_per_seq_ms"), "latency.decode_per_seq_ms", low=0.0),
+        decode_per_kv_token_ms=_number(
+            latency.get("decode_per_kv_token_ms", 0.0), "latency.decode_per_kv_token_ms", low=0.0
+        ),
         reply_median=_number(reply.get("median"), "reply_length.median", low=1.0),
         reply_sigma=_number(reply.get("sigma"), "reply_length.sigma", low=0.0),
         reply_min=reply_min,

@@ -127,7 +127,8 @@ class Engine:
                 continue
             prefill_tokens = sum(s.num_tokens for s in scheduled if not s.is_decode)
             decode_seqs = sum(1 for s in scheduled if s.is_decode)
-            duration = self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor)
+            kv_tokens = sum(s.sequence.num_computed for s in scheduled if s.is_decode)
+            duration = self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor, kv_tokens)
             now = time.monotonic()
             start = now if step_end is None else max(step_end, now - MAX_CATCH_UP_S)
             step_end = start + duration

@@ -12,7 +12,27 @@ engine core to the API server as msgpack, and a non-serialisable result wedged t
 Nothing here raises: an error comes back as `{"error": ...}` instead of an exception in the engine core.
 """
 
+import contextlib
 import gc
+
+
+def _request_amx_permission() -> None:
+    """Ask Linux for the AMX tile-data permission in this worker before vLLM's CPU kernels use AMX.
+
+    vLLM 0.32's CPU attention picks its AMX path for bfloat16 on CPUs that have AMX, and never asks the kernel for
+    the XTILEDATA permission (arch_prctl ARCH_REQ_XCOMP_PERM) that Linux requires first: the worker dies with SIGILL
+    at its first request. torch's `_init_amx` makes that request; it is a no-op where AMX is absent or granted.
+    """
+    # Never let this stop the engine from starting: a failed request leaves vLLM as it would have been.
+    with contextlib.suppress(Exception):
+        import torch
+
+        init_amx = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)
+        if init_amx is not None and not torch.cuda.is_available():
+            init_amx()
+
+
+_request_amx_permission()
 
 
 class FragmentationWorkerExtension:

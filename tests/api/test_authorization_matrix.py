@@ -19,6 +19,7 @@ from controlplane.catalog.services import model_entry_create
 from controlplane.convlogs.services.analyses import log_analysis_create, log_analysis_run
 from controlplane.convlogs.services.logs import conversation_log_create
 from controlplane.datasets.services.warmup import warmup_dataset_create
+from controlplane.impact.models import ImpactRecord
 from controlplane.nodes.models import ClientKey, EngineNode, Pool
 from controlplane.nodes.services.client_keys import client_key_create
 from controlplane.nodes.services.engine_nodes import node_create
@@ -30,6 +31,7 @@ from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
 from controlplane.tuning.models import TuningStudy
 from controlplane.tuning.services import study_create
+from tests.advice.builders import window_rows
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
@@ -170,6 +172,18 @@ MATRIX: tuple[Call, ...] = (
     ),
     Call("pool-rollback", "POST", OPERATORS, 201, {"name": "staging"}, {"reason": "regression"}, writes=True),
     Call("pool-rollback-preview", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-suggestions", "GET", EVERY_ROLE, 200, {"name": "staging"}),
+    Call("pool-suggestion-apply", "POST", WRITERS, 201, {"name": "staging"}, {"suggestion": "batch-idle"}, writes=True),
+    Call("template-suggestions", "GET", EVERY_ROLE, 200, CHAT),
+    Call(
+        "template-suggestion-apply",
+        "POST",
+        WRITERS,
+        201,
+        CHAT,
+        {"pool": "staging", "suggestion": "batch-idle"},
+        writes=True,
+    ),
     Call("replay-list", "GET", EVERY_ROLE, 200),
     Call(
         "replay-list",
@@ -206,6 +220,8 @@ MATRIX: tuple[Call, ...] = (
     Call(
         "tuning-study-cancel", "POST", OPERATORS, 200, lambda: {"pk": _first(TuningStudy)}, {"reason": "x"}, writes=True
     ),
+    Call("impact-record-list", "GET", EVERY_ROLE, 200, data={"pool": "staging", "kind": "publish"}),
+    Call("impact-record-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(ImpactRecord)}),
     Call("audit-list", "GET", EVERY_ROLE, 200),
     Call("audit-export", "GET", EVERY_ROLE, 200),
     Call("pool-rollout", "GET", EVERY_ROLE, 200, {"name": "staging"}),
@@ -482,6 +498,17 @@ def warmup_world(request):
     request.getfixturevalue("world")
     agent = request.getfixturevalue("users")["agent"]
     warmup_dataset_create(actor=agent, name="faq", content="text\nwhere is my order?\n", fmt="csv")
+
+
+@pytest.fixture(autouse=True)
+def advice_world(request):
+    """For the suggestion rows only: two minutes of staging's figures with batches idle 30 % of the time."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or "suggestion" not in call.name:
+        return
+    request.getfixturevalue("world")
+    window_rows("staging", batch_idle_ratio=0.3)
 
 
 @pytest.fixture(autouse=True)

@@ -66,6 +66,17 @@ def test_compare_two_runs_and_read_the_verdict(seeded, server_url, new_page, sho
     assert page.locator("[data-testid=figure-requests] tbody tr").count() == 16  # ranks 1485..1500 of 1500 ok
     shot(page, "91-replay-figure-requests")
 
+    # The finished run's own page carries its figures, the coupon questions slowest, and links to compare it.
+    page.goto(f"{server_url}/replays/{slow.pk}/")
+    intents = page.locator("[data-testid=replay-figures] [data-testid=run-intents] tbody tr")
+    assert intents.first.get_attribute("data-intent") == "coupon"
+    assert page.locator("[data-testid=replay-figures] [data-testid=simulated-label]").count() == 1
+    page.locator("[data-testid=compare-link]").click()
+    page.wait_for_url(f"**/replays/comparisons/?runs={slow.pk}")
+    assert page.locator(f'input[name=runs][value="{slow.pk}"]').is_checked()
+    page.goto(f"{server_url}/replays/{slow.pk}/")
+    shot(page, "92-replay-run-figures")
+
 
 def test_hostile_labels_stay_text_in_the_charts(seeded, server_url, new_page):
     from controlplane.accounts.models import User

@@ -102,6 +102,8 @@ PAGES = [
     ("dashboard:runbooks", {}, ALL),
     ("dashboard:runbook", {"slug": "batch-timeout-exceeded"}, ALL),
     ("dashboard:audit", {}, ALL),
+    ("dashboard:impact-records", {}, ALL),
+    ("dashboard:param-field", {"path": "temperature.strict"}, ALL),
     ("dashboard:users", {}, {Role.ADMIN}),
 ]
 

@@ -6,6 +6,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.roles import Action
+from controlplane.advice.selectors import pool_suggestions
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import pool_charts
@@ -77,6 +78,7 @@ def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
             "canary_stages_text": stages_text(pool.canary_stages),
             "publish_form": publish_form or forms.PublishForm(),
             "charts": pool_charts(pool),
+            "suggestions": pool_suggestions(pool=pool)["suggestions"],
             "client_keys": selectors.pool_client_keys(pool=pool),
             "issued_key": issued_key,
         },

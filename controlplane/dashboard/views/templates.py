@@ -6,6 +6,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.roles import Action
+from controlplane.advice.selectors import template_suggestions
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.lib.errors import DomainError
@@ -39,7 +40,12 @@ def template_detail(request, name):
     return render(
         request,
         "params/template_detail.html",
-        {"template": template, "versions": versions, "import_form": forms.ImportForm()},
+        {
+            "template": template,
+            "versions": versions,
+            "import_form": forms.ImportForm(),
+            "suggestions": template_suggestions(template=template)["suggestions"],
+        },
     )
 
 

@@ -7,6 +7,7 @@ from controlplane.datasets import realtime
 from controlplane.datasets.exceptions import AccuracyBelowFloor, ModelNotPublishable
 from controlplane.datasets.models import IntentModel, IntentModelRelease
 from controlplane.datasets.selectors import pool_accuracy_floor, pool_active_release
+from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, required_text
 from controlplane.nodes.models import Pool
 
@@ -81,6 +82,9 @@ def _release(actor, pool: Pool, model: IntentModel | None, reason: str, *, after
         before={"intent_model": model_ref(current_model)},
         after={"intent_model": model_ref(model), **after_extra},
         reason=reason,
+    )
+    impact_hooks.intent_model(
+        pool=pool, before=current_model, after=model, actor=actor, reason=reason, release_id=release.pk
     )
     transaction.on_commit(lambda: realtime.intent_model_published(pool))
     return release

@@ -8,6 +8,7 @@ from controlplane.datasets.conversation_logs import DEFAULT_TOP_N, derive_top_qu
 from controlplane.datasets.models import PoolWarmup, WarmupDataset, WarmupDatasetVersion
 from controlplane.datasets.selectors import pool_warmup_dataset
 from controlplane.datasets.warmup_uploads import WarmupContent, parse_warmup_upload
+from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, InvalidField, check_slug, required_text
 from controlplane.nodes.models import Pool
 from controlplane.params.exceptions import StaleBaseVersion
@@ -159,6 +160,9 @@ def pool_warmup_assign(*, actor, pool: Pool, version: WarmupDatasetVersion, reas
             before={"warmup": version_summary(current)},
             after={"warmup": version_summary(version)},
             reason=reason,
+        )
+        impact_hooks.warmup(
+            pool=locked, before=current, after=version, actor=actor, reason=reason, assignment_id=assignment.pk
         )
         transaction.on_commit(lambda: realtime.warmup_assigned(locked, version))
     return assignment

@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, required_text
 from controlplane.lib.when import clock
 from controlplane.nodes import realtime
@@ -102,6 +103,7 @@ def node_cleanup_request(*, actor, node: EngineNode, reason: str) -> NodeCommand
         _check_ready(locked, now)
         command = NodeCommand.objects.create(node=locked, op=NodeCommand.Op.CLEANUP, requested_by=actor, reason=reason)
         audit_record(actor=actor, action="node.cleanup", target=locked, after={"command": command.pk}, reason=reason)
+        impact_hooks.cleanup(pool=pool, nodes=[locked.name], actor=actor, reason=reason, command_ids=[command.pk])
         transaction.on_commit(lambda: realtime.node_command_changed(command))
         _dispatch_next(pool, now)
     command.refresh_from_db()
@@ -131,6 +133,13 @@ def pool_cleanup_request(*, actor, pool: Pool, reason: str) -> list[NodeCommand]
             target=locked_pool,
             after={"nodes": [n.name for n in ready], "commands": [c.pk for c in commands], "skipped": skipped},
             reason=reason,
+        )
+        impact_hooks.cleanup(
+            pool=locked_pool,
+            nodes=[n.name for n in ready],
+            actor=actor,
+            reason=reason,
+            command_ids=[c.pk for c in commands],
         )
         for command in commands:
             transaction.on_commit(lambda command=command: realtime.node_command_changed(command))
@@ -165,6 +174,7 @@ def cleanup_lease_request(*, node_id: int, trigger: str, fragmentation=None) -> 
             node=node, op=NodeCommand.Op.CLEANUP, requested_by=None, reason=reason, sent_at=now
         )
         audit_record(actor=None, action="node.cleanup", target=node, after={"command": command.pk}, reason=reason)
+        impact_hooks.cleanup(pool=pool, nodes=[node.name], actor=None, reason=reason, command_ids=[command.pk])
         transaction.on_commit(lambda: realtime.node_command(command))
         transaction.on_commit(lambda: realtime.node_command_changed(command))
     return command, ""

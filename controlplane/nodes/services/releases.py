@@ -2,6 +2,7 @@
 its audit entry."""
 
 from controlplane.audit.services import audit_record
+from controlplane.impact import hooks as impact_hooks
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.params.models import TemplateVersion, WhitelistVersion
@@ -39,6 +40,7 @@ def release_record(
     release.whitelist_versions.set(whitelist_versions)
     pool.desired_version = version
     pool.save(update_fields=["desired_version"])
+    impact_hooks.release(release=release)
     if not audited:
         return release
     audit_record(

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, InvalidField, required_text
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.selectors import window_values
@@ -396,6 +397,7 @@ def _promote(rollout: Rollout, evidence: dict) -> None:
     rollout.stage_started_at, rollout.stage_acked_at = timezone.now(), None
     rollout.save(update_fields=["evidence", "stage_index", "stage_nodes", "stage_started_at", "stage_acked_at"])
     node_ids, version = [node.pk for node in added], rollout.to_version
+    impact_hooks.canary_stage(rollout=rollout, evidence=evidence, added=[node.name for node in added])
     transaction.on_commit(lambda: realtime.config_to_nodes(node_ids, version))
     # The added nodes now use the rollout's whitelist pins too.
     transaction.on_commit(lambda: realtime.policy_to_pool(pool))

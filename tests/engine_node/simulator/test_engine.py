@@ -198,3 +198,20 @@ def test_a_reply_takes_its_simulated_time_while_another_process_holds_a_core(sta
     assert result.json["usage"]["completion_tokens"] == 300
     # Before the timeline, each of the 300 ~2 ms steps overslept by the loop's wake-up delay: 1.4-1.7x in total.
     assert simulated <= elapsed < simulated * 1.15 + 0.05, (elapsed, simulated)
+
+
+def test_a_long_context_slows_every_decode_step_when_kv_reads_are_priced(start_simulator):
+    """With decode_per_kv_token_ms a reply over a 2,000-token prompt decodes slower than one over a short prompt; the
+    default profile prices no KV read, so there they differ only by the longer prefill (~0.02 s here)."""
+    long_prompt = "订单" * 1000  # 2,000 simulated tokens
+    timings = {}
+    for name, price in (("free", 0.0), ("priced", 0.002)):
+        simulator = start_simulator(profile={"latency": {"time_scale": 0.2, "decode_per_kv_token_ms": price}})
+        for prompt in ("hi", long_prompt):
+            started = time.monotonic()
+            reply = simulator.post("/v1/chat/completions", chat_body(prompt, max_tokens=200, ignore_eos=True))
+            timings[name, len(prompt) > 2] = time.monotonic() - started
+            assert reply.json["usage"]["completion_tokens"] == 200
+    # 199 steps of 2,000+ context tokens at 0.002 ms each: +4 ms per step, x0.2 time scale = +0.16 s.
+    assert timings["priced", True] - timings["priced", False] > 0.12, timings
+    assert abs(timings["free", True] - timings["free", False]) < 0.06, timings

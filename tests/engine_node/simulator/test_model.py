@@ -71,6 +71,23 @@ def test_step_cost_grows_with_batch_and_scales_with_quantization_and_speculation
     assert plain.step_seconds(0, 8, latency_factor=3) == pytest.approx(3 * plain.step_seconds(0, 8))
 
 
+def test_decode_step_reads_the_kv_of_its_sequences_when_the_profile_prices_it(tmp_path):
+    """decode_per_kv_token_ms: memory-bound attention, a cost per context token the decoding batch attends over."""
+    assert load_profile(env={}).decode_per_kv_token_ms == 0.0
+    plain = LatencyModel(load_profile(env={}), None, None)
+    assert plain.step_seconds(0, 8, kv_tokens=50_000) == plain.step_seconds(0, 8)  # today's behaviour by default
+
+    priced = tmp_path / "kv.yaml"
+    priced.write_text("latency:\n  decode_per_kv_token_ms: 0.0001\n", encoding="utf-8")
+    model = LatencyModel(load_profile(priced, env={}), None, SpeculativeConfig("ngram", 3))
+    assert model.step_seconds(0, 8, kv_tokens=10_000) == pytest.approx((9.0 + 0.8 * 8 + 1.0) * 1.3 / 1000)
+    assert model.step_seconds(100, 0, kv_tokens=10_000) == pytest.approx((8.0 + 0.05 * 100) / 1000)  # no decode
+
+    priced.write_text("latency:\n  decode_per_kv_token_ms: -1\n", encoding="utf-8")
+    with pytest.raises(ProfileError, match=r"latency\.decode_per_kv_token_ms"):
+        load_profile(priced, env={})
+
+
 def test_block_pool_counts_only_holes_left_below_live_blocks():
     pool = BlockPool(num_blocks=10, block_size=16, bytes_per_block=100, fragmentation_floor=0.1)
     assert pool.grow(1, 32) and pool.grow(2, 16) and pool.grow(3, 48)  # blocks 0-1, 2, 3-5
@@ -113,10 +130,17 @@ def test_demo_profile_delivers_the_field_reports_latency_and_reply_lengths():
     model = LatencyModel(profile, None, None)
 
     def reply_s(tokens: int, running: int, prompt_tokens: int = 40) -> float:
-        return model.step_seconds(prompt_tokens, 0) + (tokens - 1) * model.step_seconds(0, running)
+        # Its neighbours are mid-reply on average (~110 context tokens); its own context grows from the prompt.
+        steps = (
+            model.step_seconds(0, running, kv_tokens=(running - 1) * 110 + prompt_tokens + i) for i in range(tokens - 1)
+        )
+        return model.step_seconds(prompt_tokens, 0) + sum(steps)
 
     assert max(reply_s(256, running) for running in (1, 2, 3, 4)) < 0.8
     assert reply_s(256, 40) < 1.4
+    # The report's "~40 % of compute time in KV cache memory access" at its load (~40 sequences of ~110 tokens).
+    step = model.step_seconds(0, 40, kv_tokens=40 * 110)
+    assert (step - model.step_seconds(0, 40)) / step == pytest.approx(0.4, abs=0.05)
     # The default profile, sized for a slower GPU, needs more than the warmup check's 2.0 s for the same reply.
     assert LatencyModel(load_profile(env={}), None, None).step_seconds(0, 2) * 255 > 2.0
 

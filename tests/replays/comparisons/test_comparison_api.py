@@ -109,3 +109,8 @@ def test_run_figures_export_and_the_requests_behind_a_figure(api_for, two_runs):
     text = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/export/?format=csv").content.decode()
     assert "latency.e2e_s.p99," in text and "figure,value,request_seq" in text
     assert api_for("oncall").get("/api/v1/replays/999999/figures/").status_code == 404
+    huge = 2**70
+    assert api_for("oncall").get(f"/api/v1/replays/{huge}/figures/").status_code == 404
+    assert api_for("oncall").get(f"/api/v1/replay-comparisons/{huge}/export/").status_code == 404
+    wide = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [slow.pk, huge]}, format="json")
+    assert wide.status_code == 400 and "runs:" in wide.json()["error"]

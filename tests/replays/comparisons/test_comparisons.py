@@ -83,6 +83,8 @@ def test_same_seed_same_result_and_repeats_widen_the_noise(agent, staging, versi
         (lambda a, b: [a.pk, a.pk], "more than once"),
         (lambda a, b: [a.pk, 999999], "no replay run 999999"),
         (lambda a, b: [a.pk, "2"], "must be a list of replay run ids"),
+        (lambda a, b: [a.pk, 2**70], "must be a list of replay run ids"),
+        (lambda a, b: [a.pk, -1], "must be a list of replay run ids"),
     ],
 )
 def test_bad_run_lists_are_refused_naming_runs(agent, staging, versions, make, message):

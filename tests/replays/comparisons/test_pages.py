@@ -97,6 +97,7 @@ def test_the_run_page_shows_figures_of_a_finished_run_and_links_to_compare(agent
     page = client.get(reverse("dashboard:replay-detail", args=[slow.pk]))
     body = page.content.decode()
     assert page.status_code == 200 and 'data-intent="coupon"' in body
+    assert "{#" not in body and "{%" not in body
     assert f"/replays/comparisons/?runs={slow.pk}" in body
     running = finished_run(actor=agent, pool=staging, version=versions[0], n=10, status=ReplayRun.Status.RUNNING)
     assert (

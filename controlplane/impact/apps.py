@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ImpactConfig(AppConfig):
+    name = "controlplane.impact"
+    label = "impact"
