@@ -1,15 +1,14 @@
 """Background work of alerting: the periodic evaluation pass and the webhook deliveries."""
 
 import logging
-import threading
 import time
 
 from celery import shared_task
-from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 
 from controlplane.alerts.evaluation import evaluate_claimed
 from controlplane.alerts.notifications import WebhookFailed, notification_send
+from controlplane.lib.background import enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -55,27 +54,17 @@ def alert_notification_enqueue(notification_id: int) -> None:
     An eager task runs inside its caller, and the caller is the evaluation pass: a slow or dead receiver must not
     hold evaluation up, so the eager delivery, with its retries, moves to its own thread.
     """
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        thread = threading.Thread(
-            target=_send_here, args=(notification_id,), name=f"alert-webhook-{notification_id}", daemon=True
-        )
-        thread.start()
-    else:
-        alert_notification_send.delay(notification_id)
+    enqueue(alert_notification_send, notification_id, name=f"alert-webhook-{notification_id}", here=_send_here)
 
 
 def _send_here(notification_id: int) -> None:
-    try:
-        for attempt in range(MAX_RETRIES + 1):
-            try:
-                notification_send(notification_id=notification_id)
+    # Eager Celery retries at once, without the backoff: the waits between tries are kept here instead.
+    for attempt in range(MAX_RETRIES + 1):
+        try:
+            notification_send(notification_id=notification_id)
+            return
+        except RETRIED:
+            if attempt == MAX_RETRIES:
+                logger.error("alert webhook: notification %s not delivered, giving up", notification_id)
                 return
-            except RETRIED:
-                if attempt == MAX_RETRIES:
-                    logger.error("alert webhook: notification %s not delivered, giving up", notification_id)
-                    return
-                time.sleep(BACKOFF_S * 2**attempt)
-    except Exception:
-        logger.exception("alert webhook: notification %s: sender thread failed", notification_id)
-    finally:
-        connections.close_all()
+            time.sleep(BACKOFF_S * 2**attempt)

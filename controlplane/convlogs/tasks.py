@@ -1,15 +1,10 @@
 """Background work of conversation logs: the analysis run."""
 
-import logging
-import threading
-
 from celery import shared_task
-from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 
 from controlplane.convlogs.services.analyses import log_analysis_run
-
-logger = logging.getLogger(__name__)
+from controlplane.lib.background import enqueue
 
 
 # A database locked past its busy timeout, or gone, when the run claims its analysis: tried again (the claim is a
@@ -32,19 +27,4 @@ def log_analysis_enqueue(analysis_id: int) -> None:
 
     A log of 100,000 conversations takes tens of seconds: the HTTP request that queued it must not wait for it.
     """
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        thread = threading.Thread(
-            target=_analyse_here, args=(analysis_id,), name=f"log-analysis-{analysis_id}", daemon=True
-        )
-        thread.start()
-    else:
-        log_analysis_task.delay(analysis_id)
-
-
-def _analyse_here(analysis_id: int) -> None:
-    try:
-        log_analysis_task.apply(args=(analysis_id,))
-    except Exception:
-        logger.exception("log analysis %s: analysis thread failed", analysis_id)
-    finally:
-        connections.close_all()
+    enqueue(log_analysis_task, analysis_id, name=f"log-analysis-{analysis_id}")

@@ -1,15 +1,10 @@
 """Background work of intent models: the training run."""
 
-import logging
-import threading
-
 from celery import shared_task
-from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 
 from controlplane.datasets.services.training import intent_model_train
-
-logger = logging.getLogger(__name__)
+from controlplane.lib.background import enqueue
 
 
 # A database locked past its busy timeout, or gone, when the run claims its model: tried again (the claim is a
@@ -33,17 +28,4 @@ def intent_model_train_enqueue(model_id: int) -> None:
     Eager tasks run inside the caller, and a full training takes about a minute: the HTTP request that queued it
     must not wait for it, so the eager run moves to its own thread.
     """
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        thread = threading.Thread(target=_train_here, args=(model_id,), name=f"intent-model-{model_id}", daemon=True)
-        thread.start()
-    else:
-        intent_model_train_task.delay(model_id)
-
-
-def _train_here(model_id: int) -> None:
-    try:
-        intent_model_train_task.apply(args=(model_id,))
-    except Exception:
-        logger.exception("intent model %s: training thread failed", model_id)
-    finally:
-        connections.close_all()
+    enqueue(intent_model_train_task, model_id, name=f"intent-model-{model_id}")

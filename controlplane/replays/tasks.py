@@ -1,16 +1,12 @@
 """Background work of replay runs: the start (nodes, plan, key) and one task per share of the load."""
 
-import logging
-import threading
-
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 
+from controlplane.lib.background import enqueue
 from controlplane.replays.lifecycle import replay_runs_reap, replay_start
 from controlplane.replays.shares import replay_share
-
-logger = logging.getLogger(__name__)
 
 
 # A database gone when the start claims its run: tried again (the claim is a conditional UPDATE, so a run another
@@ -47,24 +43,10 @@ def replay_start_enqueue(run_id: int) -> None:
 
     Eager tasks run inside the caller, and a run lasts minutes: the HTTP request that queued it must not wait.
     """
-    _dispatch(replay_start_task, (run_id,), f"replay-{run_id}-start")
+    enqueue(replay_start_task, run_id, name=f"replay-{run_id}-start", queue=settings.REPLAY_TASK_QUEUE)
 
 
 def replay_share_enqueue(run_id: int, index: int, key: str) -> None:
-    _dispatch(replay_share_task, (run_id, index, key), f"replay-{run_id}-share-{index}")
-
-
-def _dispatch(task, args: tuple, name: str) -> None:
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=_here, args=(task, args), name=name, daemon=True).start()
-    else:
-        task.apply_async(args, queue=settings.REPLAY_TASK_QUEUE or None)
-
-
-def _here(task, args: tuple) -> None:
-    try:
-        task.apply(args=args)
-    except Exception:
-        logger.exception("%s%s failed", task.name, args)
-    finally:
-        connections.close_all()
+    enqueue(
+        replay_share_task, run_id, index, key, name=f"replay-{run_id}-share-{index}", queue=settings.REPLAY_TASK_QUEUE
+    )

@@ -1,15 +1,10 @@
 """Background work of tuning studies: one task runs a whole study, trial after trial."""
 
-import logging
-import threading
-
 from celery import shared_task
 from django.conf import settings
-from django.db import connections
 
+from controlplane.lib.background import enqueue
 from controlplane.tuning.runner import study_run
-
-logger = logging.getLogger(__name__)
 
 
 # Not retried: a study publishes and replays; the claim (queued -> running) makes a second delivery a no-op.
@@ -23,16 +18,4 @@ def study_run_enqueue(study_id: int) -> None:
     """Hand a queued study to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
 
     Eager tasks run inside the caller, and a study lasts minutes: the HTTP request that queued it must not wait."""
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        threading.Thread(target=_here, args=(study_id,), name=f"tuning-{study_id}", daemon=True).start()
-    else:
-        study_run_task.apply_async((study_id,), queue=settings.TUNING_TASK_QUEUE or None)
-
-
-def _here(study_id: int) -> None:
-    try:
-        study_run_task.apply(args=(study_id,))
-    except Exception:
-        logger.exception("tuning study %s failed", study_id)
-    finally:
-        connections.close_all()
+    enqueue(study_run_task, study_id, name=f"tuning-{study_id}", queue=settings.TUNING_TASK_QUEUE)

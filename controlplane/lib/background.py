@@ -1,0 +1,47 @@
+"""Background work handed to a Celery worker, or in embedded mode (eager Celery) to a daemon thread of this process.
+
+Eager tasks run inside their caller, and the work queued here lasts from seconds to minutes: the HTTP request (or
+the evaluation pass) that queued it must not wait for it, so the eager run moves to its own thread.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+
+from celery import Task
+from django.conf import settings
+from django.db import connections
+
+logger = logging.getLogger(__name__)
+
+
+def enqueue(
+    task: Task,
+    *args,
+    name: str,
+    queue: str | None = None,
+    here: Callable[..., object] | None = None,
+) -> None:
+    """Send `task(*args)` to a worker on `queue` (none: the default queue); eagerly, run it on a thread called `name`.
+
+    `here` replaces `task.apply` on that thread, for a task whose eager run needs more than one call (its own
+    retries with their waits). A failure there is logged; the thread's database connections are closed at its end.
+    """
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        threading.Thread(target=_run_here, args=(task, args, name, here), name=name, daemon=True).start()
+    elif queue:
+        task.apply_async(args, queue=queue)
+    else:
+        task.apply_async(args)
+
+
+def _run_here(task: Task, args: tuple, name: str, here: Callable[..., object] | None) -> None:
+    try:
+        if here is None:
+            task.apply(args=args)
+        else:
+            here(*args)
+    except Exception:
+        logger.exception("%s: %s%r failed", name, task.name, args)
+    finally:
+        connections.close_all()

@@ -1,0 +1,113 @@
+"""Background work: eagerly, a task runs on a named daemon thread and its failure is logged; otherwise it is sent to
+the broker on the queue asked for (the default one when none is), as a worker would receive it."""
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+from celery import Celery
+from kombu import Exchange, Queue
+
+from controlplane.lib.background import enqueue
+
+# A Celery app of the test's own on the in-memory broker, configured as settings configures ours.
+app = Celery("background-test", broker="memory://", set_as_current=False)
+app.conf.task_eager_propagates = True
+app.conf.task_always_eager = False
+
+ran: list[tuple[str, tuple]] = []
+
+
+@app.task(name="background-test.record")
+def record(*args) -> None:
+    thread = threading.current_thread()
+    ran.append((thread.name, thread.daemon, args))
+
+
+@app.task(name="background-test.fail")
+def fail(*args) -> None:
+    raise RuntimeError("the task broke")
+
+
+def wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"waited 10 s for {what}"
+        time.sleep(0.01)
+
+
+def logged(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "controlplane.lib.background"]
+
+
+def received(queue_name: str) -> list[tuple[str, list]]:
+    queue = Queue(queue_name, Exchange(queue_name, type="direct"), routing_key=queue_name)
+    messages = []
+    with app.connection_for_read() as connection, connection.SimpleQueue(queue) as simple:
+        while True:
+            try:
+                message = simple.get(timeout=0.2)
+            except simple.Empty:
+                return messages
+            args, _kwargs, _embed = message.decode()
+            messages.append((message.headers["task"], list(args)))
+            message.ack()
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    ran.clear()
+
+
+def test_eagerly_the_task_runs_on_its_own_named_thread(settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    name = f"background-test-{os.getpid()}-run"
+    enqueue(record, 7, "key", name=name, queue="ignored-when-eager")
+    wait_for(lambda: ran, "the task to run")
+    assert ran == [(name, True, (7, "key"))]
+
+
+def test_eagerly_a_failure_is_logged_with_the_thread_and_task_and_goes_no_further(settings, caplog):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    name = f"background-test-{os.getpid()}-fail"
+    with caplog.at_level(logging.ERROR, logger="controlplane.lib.background"):
+        enqueue(fail, 3, name=name)
+        wait_for(lambda: logged(caplog), "the failure to be logged")
+    [line] = logged(caplog)
+    assert f"{name}: background-test.fail(3,) failed" == line.getMessage()
+    assert "the task broke" in caplog.text
+
+
+def test_eagerly_here_replaces_the_task_and_its_failure_is_logged_too(settings, caplog):
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    calls = []
+
+    def here(*args):
+        calls.append(args)
+        raise ValueError("own retries gave up")
+
+    name = f"background-test-{os.getpid()}-here"
+    with caplog.at_level(logging.ERROR, logger="controlplane.lib.background"):
+        enqueue(record, 5, name=name, here=here)
+        wait_for(lambda: logged(caplog), "the failure to be logged")
+    assert calls == [(5,)] and ran == [], "the task itself is not applied when `here` is given"
+    assert "own retries gave up" in caplog.text
+
+
+def test_otherwise_the_task_goes_to_the_broker_on_the_queue_asked_for(settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    queue = f"background-test-{os.getpid()}"
+    enqueue(record, 1, 2, "k", name="unused", queue=queue)
+    assert received(queue) == [("background-test.record", [1, 2, "k"])]
+    assert ran == [], "nothing runs in this process"
+
+
+@pytest.mark.parametrize("queue", [None, ""])
+def test_otherwise_without_a_queue_the_task_goes_to_the_default_one(settings, queue):
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    enqueue(record, 9, name="unused", queue=queue)
+    default = app.conf.task_default_queue
+    assert ("background-test.record", [9]) in received(default)
+    assert ran == []
