@@ -4,21 +4,15 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from controlplane.lib.runs import CancellableRun, RunStatus
 
-class ReplayRun(models.Model):
+
+class ReplayRun(CancellableRun, models.Model):
     """One replay of a conversation log (or a selection of it) through the gateways of a pool's nodes, open loop.
 
     The plan (which requests, when, to which node) is a pure function of the run's fields and the log, so each share
     of the load (a Celery task) rebuilds it and keeps its own part (`controlplane/replays/plan.py`).
     """
-
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        CANCELLING = "cancelling"
-        CANCELLED = "cancelled"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
 
     class Selection(models.TextChoices):
         ALL = "all", "Every conversation"
@@ -32,9 +26,6 @@ class ReplayRun(models.Model):
     class Arrival(models.TextChoices):
         POISSON = "poisson"
         UNIFORM = "uniform"
-
-    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
-    FINISHED = (Status.CANCELLED, Status.SUCCEEDED, Status.FAILED)
 
     label = models.CharField(max_length=200, blank=True)
     pool = models.ForeignKey("nodes.Pool", on_delete=models.PROTECT, related_name="replay_runs")
@@ -71,7 +62,7 @@ class ReplayRun(models.Model):
     # Seeds the schedule (Poisson gaps): every share draws the same plan.
     seed = models.BigIntegerField(default=0)
 
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     shares = models.PositiveSmallIntegerField(default=0)
     shares_finished = models.PositiveSmallIntegerField(default=0)
     planned = models.PositiveIntegerField(default=0)
@@ -124,10 +115,6 @@ class ReplayRun(models.Model):
 
     def __str__(self) -> str:
         return f"replay {self.pk} on {self.pool.name}" if self.pool_id else f"replay {self.pk}"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
 
     @property
     def cpu_per_request_ms(self) -> float | None:

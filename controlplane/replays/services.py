@@ -5,11 +5,11 @@ import re
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
-from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Conflict, Forbidden, InvalidField, required_text
+from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Forbidden, InvalidField, required_text
+from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.replays.models import ReplayRun
 
@@ -197,32 +197,15 @@ def _enqueue(run_id: int) -> None:
 @mutating_service
 def replay_run_cancel(*, actor, run: ReplayRun, reason: str) -> ReplayRun:
     """Ask a queued or running run to stop: its shares stop sending within a second; rows so far are kept."""
-    reason = required_text("reason", reason)
-    with transaction.atomic():
-        locked = ReplayRun.objects.select_for_update().get(pk=run.pk)
-        if not locked.is_active:
-            raise Conflict(f"status: replay {locked.pk} is already {locked.status}")
-        if locked.status == ReplayRun.Status.CANCELLING:
-            raise Conflict(f"status: replay {locked.pk} is already being cancelled")
-        before = locked.status
-        if locked.status == ReplayRun.Status.QUEUED:
-            # Nothing was sent yet: the start task finds it cancelled and does nothing.
-            locked.status = ReplayRun.Status.CANCELLED
-            locked.finished_at = timezone.now()
-        else:
-            locked.status = ReplayRun.Status.CANCELLING
-        locked.cancelled_by = actor
-        locked.save(update_fields=["status", "finished_at", "cancelled_by"])
-        audit_record(
-            actor=actor,
-            action="replay.cancel",
-            target=locked,
-            before={"status": before},
-            after={"status": locked.status},
-            reason=reason,
-        )
-        transaction.on_commit(lambda: _progress(locked.pk))
-    return locked
+    return run_cancel(
+        model=ReplayRun,
+        pk=run.pk,
+        actor=actor,
+        reason=reason,
+        action="replay.cancel",
+        describe=lambda locked: f"replay {locked.pk}",
+        progress=_progress,
+    )
 
 
 def _progress(run_id: int) -> None:

@@ -3,8 +3,10 @@
 from django.conf import settings
 from django.db import models
 
+from controlplane.lib.runs import CancellableRun, RunStatus
 
-class TuningStudy(models.Model):
+
+class TuningStudy(CancellableRun, models.Model):
     """A search over some template fields of a base version, scored by replays on one non-production pool.
 
     Our rows are the record; the optimiser (Optuna, in memory) is rebuilt from the finished trials whenever the
@@ -12,20 +14,10 @@ class TuningStudy(models.Model):
     unpublished template version that a person may take into the normal publish flow.
     """
 
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        CANCELLING = "cancelling"
-        CANCELLED = "cancelled"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-
     class Sampler(models.TextChoices):
         TPE = "tpe", "TPE (Optuna's default, Bayesian)"
         GRID = "grid", "Plain grid (the baseline)"
         RANDOM = "random", "Random"
-
-    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
 
     label = models.CharField(max_length=200, blank=True)
     pool = models.ForeignKey("nodes.Pool", on_delete=models.PROTECT, related_name="tuning_studies")
@@ -47,7 +39,7 @@ class TuningStudy(models.Model):
     replay_spec = models.JSONField()
     log = models.ForeignKey("convlogs.ConversationLog", on_delete=models.PROTECT, related_name="+")
 
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     trials_done = models.PositiveSmallIntegerField(default=0)
     best_trial = models.ForeignKey("TuningTrial", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     error = models.TextField(blank=True)
@@ -65,10 +57,6 @@ class TuningStudy(models.Model):
 
     def __str__(self) -> str:
         return f"study {self.pk}" + (f" ({self.label})" if self.label else "")
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
 
     @property
     def cold_fields(self) -> list[str]:

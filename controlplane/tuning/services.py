@@ -4,11 +4,11 @@ import itertools
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, Forbidden, InvalidField, required_text
+from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import Pool
 from controlplane.params.exceptions import DocumentInvalid
 from controlplane.params.models import TemplateVersion
@@ -194,31 +194,15 @@ def study_cancel(*, actor, study: TuningStudy, reason: str) -> TuningStudy:
     """Stop a study: a queued one at once; a running one cancels its replay within seconds and runs no more trials."""
     if not actor.can(Action.TUNING_RUN):
         raise Forbidden("only an SRE or admin may cancel a tuning study")
-    reason = required_text("reason", reason)
-    with transaction.atomic():
-        locked = TuningStudy.objects.select_for_update().get(pk=study.pk)
-        if not locked.is_active:
-            raise Conflict(f"status: {locked} is already {locked.status}")
-        if locked.status == TuningStudy.Status.CANCELLING:
-            raise Conflict(f"status: {locked} is already being cancelled")
-        before = locked.status
-        if locked.status == TuningStudy.Status.QUEUED:
-            locked.status = TuningStudy.Status.CANCELLED
-            locked.finished_at = timezone.now()
-        else:
-            locked.status = TuningStudy.Status.CANCELLING
-        locked.cancelled_by = actor
-        locked.save(update_fields=["status", "finished_at", "cancelled_by"])
-        audit_record(
-            actor=actor,
-            action="tuning.cancel",
-            target=locked,
-            before={"status": before},
-            after={"status": locked.status},
-            reason=reason,
-        )
-        transaction.on_commit(lambda: _progress(locked.pk))
-    return locked
+    return run_cancel(
+        model=TuningStudy,
+        pk=study.pk,
+        actor=actor,
+        reason=reason,
+        action="tuning.cancel",
+        describe=str,
+        progress=_progress,
+    )
 
 
 def _progress(study_id: int) -> None:

@@ -55,8 +55,21 @@ def test_cancel_a_queued_run_then_again(world, api_for):
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert response.json()["cancelled_by"] == "sre"
     again = api_for("sre").post(f"/api/v1/replays/{run_id}/cancel/", {"reason": "again"}, format="json")
-    assert again.status_code == 409 and "already cancelled" in again.json()["error"]
+    assert again.status_code == 409 and f"replay {run_id} is already cancelled" in again.json()["error"]
     assert api_for("sre").post("/api/v1/replays/999999/cancel/", {"reason": "x"}, format="json").status_code == 404
+
+
+def test_cancel_a_running_run_asks_it_to_stop_once(world, api_for):
+    run_id = start(api_for).json()["id"]
+    ReplayRun.objects.filter(pk=run_id).update(status="running")
+    blank = api_for("sre").post(f"/api/v1/replays/{run_id}/cancel/", {"reason": " "}, format="json")
+    assert blank.status_code == 400 and "reason" in json.dumps(blank.json())
+    assert ReplayRun.objects.get(pk=run_id).status == "running", "a refused cancel changes nothing"
+    response = api_for("sre").post(f"/api/v1/replays/{run_id}/cancel/", {"reason": "wrong log"}, format="json")
+    assert response.status_code == 200 and response.json()["status"] == "cancelling"
+    assert ReplayRun.objects.get(pk=run_id).finished_at is None
+    again = api_for("sre").post(f"/api/v1/replays/{run_id}/cancel/", {"reason": "again"}, format="json")
+    assert again.status_code == 409 and f"replay {run_id} is already being cancelled" in again.json()["error"]
 
 
 def test_request_rows_are_paged_in_order_and_exported_whole(world, api_for):

@@ -3,7 +3,7 @@
 import pytest
 
 from controlplane.audit.models import AuditEntry
-from controlplane.lib.errors import Conflict, DomainError, Forbidden
+from controlplane.lib.errors import Conflict, DomainError, Forbidden, InvalidField
 from controlplane.tuning.models import TuningStudy
 from controlplane.tuning.services import study_cancel, study_create
 from tests.tuning.conftest import study_args
@@ -90,3 +90,21 @@ def test_a_queued_study_is_cancelled_at_once_and_only_once(tuning_world, sre, ag
     with pytest.raises(Conflict):
         study_cancel(actor=sre, study=study, reason="again")
     assert AuditEntry.objects.get(action="tuning.cancel").reason == "wrong log"
+
+
+def test_a_running_study_is_asked_to_stop_and_each_refusal_says_why(tuning_world, sre):
+    study = study_create(actor=sre, **study_args(tuning_world))
+    TuningStudy.objects.filter(pk=study.pk).update(status="running")
+    with pytest.raises(InvalidField, match="reason"):
+        study_cancel(actor=sre, study=study, reason="  ")
+    assert TuningStudy.objects.get(pk=study.pk).status == "running", "a refused cancel changes nothing"
+    study = study_cancel(actor=sre, study=study, reason="wrong log")
+    assert study.status == "cancelling" and study.finished_at is None and study.cancelled_by == sre
+    assert study.is_active
+    with pytest.raises(Conflict, match=rf"^status: study {study.pk} is already being cancelled$"):
+        study_cancel(actor=sre, study=study, reason="again")
+    TuningStudy.objects.filter(pk=study.pk).update(status="failed")
+    with pytest.raises(Conflict, match=rf"^status: study {study.pk} is already failed$"):
+        study_cancel(actor=sre, study=study, reason="again")
+    entry = AuditEntry.objects.get(action="tuning.cancel")
+    assert (entry.before, entry.after) == ({"status": "running"}, {"status": "cancelling"})
