@@ -2,15 +2,12 @@
 on-call engineer may watch); anonymous browsers are refused."""
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 
-from controlplane.asgi import application
 from controlplane.tuning.consumers import FORBIDDEN
 from controlplane.tuning.models import TuningStudy
 from controlplane.tuning.services import study_cancel
 from tests.datasets.test_training import session_headers
+from tests.progress_sockets import anonymous_connect, events_on_change
 from tests.tuning.conftest import study_args
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,20 +31,13 @@ def test_a_cancel_reaches_the_study_page_and_the_list(tuning_world, users):
     )
     headers = session_headers(users["oncall"])
 
-    async def scenario():
-        page = WebsocketCommunicator(application, f"/ws/tuning/{study.pk}/", headers=headers)
-        listing = WebsocketCommunicator(application, "/ws/tuning/", headers=headers)
-        other = WebsocketCommunicator(application, f"/ws/tuning/{study.pk + 1}/", headers=headers)
-        for socket in (page, listing, other):
-            assert (await socket.connect())[0]
-        await database_sync_to_async(study_cancel)(actor=sre, study=study, reason="wrong log")
-        events = [await page.receive_json_from(timeout=5), await listing.receive_json_from(timeout=5)]
-        nothing = await other.receive_nothing(timeout=0.3)
-        for socket in (page, listing, other):
-            await socket.disconnect()
-        return events, nothing
-
-    events, nothing = async_to_sync(scenario)()
+    events, nothing = events_on_change(
+        headers,
+        f"/ws/tuning/{study.pk}/",
+        "/ws/tuning/",
+        f"/ws/tuning/{study.pk + 1}/",
+        lambda: study_cancel(actor=sre, study=study, reason="wrong log"),
+    )
     assert [(e["type"], e["study_id"], e["status"], e["budget"]) for e in events] == [
         ("tuning.progress", study.pk, "cancelled", 3)
     ] * 2
@@ -55,8 +45,4 @@ def test_a_cancel_reaches_the_study_page_and_the_list(tuning_world, users):
 
 
 def test_anonymous_browsers_are_refused(db):
-    async def scenario():
-        socket = WebsocketCommunicator(application, "/ws/tuning/", headers=[(b"origin", b"http://localhost")])
-        return await socket.connect()
-
-    assert async_to_sync(scenario)() == (False, FORBIDDEN)
+    assert anonymous_connect("/ws/tuning/") == (False, FORBIDDEN)
