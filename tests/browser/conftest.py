@@ -9,6 +9,10 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from controlplane.accounts.models import User
+from controlplane.nodes.models import EngineNode, Pool
+from controlplane.nodes.services.engine_nodes import node_create
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 from tests.live_server import Daphne
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,3 +98,41 @@ def seeded():
     thread = threading.Thread(target=run)
     thread.start()
     thread.join()
+
+
+@pytest.fixture
+def staging_served(seeded, tmp_path, settings):
+    """Start daphne (logs stored under tmp_path) and one simulator agent on staging, named as asked, and wait until it
+    serves the pool's version; both stop after the test."""
+    started = []
+
+    def start(node_name: str) -> Daphne:
+        settings.CONVERSATION_LOG_DIR = tmp_path / "logs"
+        server = Daphne(tmp_path, extra_env={"CONVERSATION_LOG_DIR": str(tmp_path / "logs")})
+        server.start()
+        started.append(server)
+        staging = Pool.objects.get(name="staging")
+        _, token = node_create(actor=User.objects.get(username="sre"), name=node_name, pool=staging)
+        profile = tmp_path / "fast.yaml"
+        profile.write_text(FAST_PROFILE)
+        agent = AgentProcess(
+            name=node_name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+        )
+        agent.start()
+        started.append(agent)
+        wait_until(
+            lambda: (
+                EngineNode.objects.filter(
+                    name=node_name, is_connected=True, reported_status="online", applied_version=staging.desired_version
+                )
+                .exclude(gateway_url="")
+                .exists()
+            ),
+            90,
+            "the node to serve the pool's version",
+        )
+        return server
+
+    yield start
+    for process in reversed(started):
+        process.stop()
