@@ -1,22 +1,14 @@
 """Background work of conversation logs: the analysis run."""
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
 from controlplane.convlogs.services.analyses import log_analysis_run
-from controlplane.lib.background import enqueue
+from controlplane.lib.background import CLAIM_RETRIED, enqueue
 
 
 # A database locked past its busy timeout, or gone, when the run claims its analysis: tried again (the claim is a
 # conditional UPDATE, so an analysis another worker claimed meanwhile is a no-op). Errors mark the analysis failed.
-@shared_task(
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    max_retries=3,
-    retry_backoff=5,
-    retry_jitter=False,
-)
+@shared_task(**CLAIM_RETRIED)
 def log_analysis_task(analysis_id: int) -> None:
     """Run one queued analysis; a vanished or already-claimed analysis is a no-op (see log_analysis_run)."""
     log_analysis_run(analysis_id=analysis_id)

@@ -10,9 +10,20 @@ from collections.abc import Callable
 
 from celery import Task
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 logger = logging.getLogger(__name__)
+
+# Options of a task whose first write claims its row: a database locked or gone then is tried again, 5, 10 and 20 s
+# later, and a second delivery finds the row claimed and does nothing.
+CLAIM_RETRIED = {
+    "acks_late": True,
+    "ignore_result": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "max_retries": 3,
+    "retry_backoff": 5,
+    "retry_jitter": False,
+}
 
 
 def enqueue(

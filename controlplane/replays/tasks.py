@@ -2,23 +2,15 @@
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
-from controlplane.lib.background import enqueue
+from controlplane.lib.background import CLAIM_RETRIED, enqueue
 from controlplane.replays.lifecycle import replay_runs_reap, replay_start
 from controlplane.replays.shares import replay_share
 
 
 # A database gone when the start claims its run: tried again (the claim is a conditional UPDATE, so a run another
 # worker claimed meanwhile is a no-op). Everything after the claim ends the run failed with the reason instead.
-@shared_task(
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    max_retries=3,
-    retry_backoff=5,
-    retry_jitter=False,
-)
+@shared_task(**CLAIM_RETRIED)
 def replay_start_task(run_id: int) -> None:
     """Start one queued run and hand its shares out; a vanished, claimed or cancelled run is a no-op."""
     for share in replay_start(run_id):

@@ -1,5 +1,6 @@
 """Background work: eagerly, a task runs on a named daemon thread and its failure is logged; otherwise it is sent to
-the broker on the queue asked for (the default one when none is), as a worker would receive it."""
+the broker on the queue asked for (the default one when none is), as a worker would receive it. The tasks that
+claim their row retry database errors with the shared options."""
 
 import logging
 import os
@@ -8,9 +9,13 @@ import time
 
 import pytest
 from celery import Celery
+from django.db import InterfaceError, OperationalError
 from kombu import Exchange, Queue
 
+from controlplane.convlogs.tasks import log_analysis_task
+from controlplane.datasets.tasks import intent_model_train_task
 from controlplane.lib.background import enqueue
+from controlplane.replays.tasks import replay_start_task
 
 # A Celery app of the test's own on the in-memory broker, configured as settings configures ours.
 app = Celery("background-test", broker="memory://", set_as_current=False)
@@ -111,3 +116,10 @@ def test_otherwise_without_a_queue_the_task_goes_to_the_default_one(settings, qu
     default = app.conf.task_default_queue
     assert ("background-test.record", [9]) in received(default)
     assert ran == []
+
+
+def test_the_claiming_tasks_retry_database_errors_with_backoff():
+    for task in (log_analysis_task, intent_model_train_task, replay_start_task):
+        assert task.acks_late and task.ignore_result, task.name
+        assert tuple(task.autoretry_for) == (OperationalError, InterfaceError), task.name
+        assert (task.max_retries, task.retry_backoff, task.retry_jitter) == (3, 5, False), task.name
