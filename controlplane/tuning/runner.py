@@ -200,14 +200,20 @@ def _wait_applied(study: TuningStudy, version: TemplateVersion) -> None:
         time.sleep(POLL_S)
 
 
-def _replay(study: TuningStudy, trial: TuningTrial, qps: float) -> ReplayRun:
+def _replay(study: TuningStudy, trial: TuningTrial, qps: float, repeat: int = 0) -> ReplayRun:
+    """One replay of the trial's candidate; repeat r of k uses seed + r, so every trial sees the same k arrival
+    schedules (a comparison between candidates is not a comparison between schedules)."""
     spec = study.replay_spec
+    repeats = spec.get("repeats", 1)
+    label = f"study {study.pk} trial {trial.number} @ {qps:g} QPS"
+    if repeats > 1:
+        label += f" (repeat {repeat + 1} of {repeats})"
     run = replay_run_create(
         actor=study.created_by,
         pool=study.pool,
         log=study.log,
         reason=f"{study} trial {trial.number}: {study.reason}",
-        label=f"study {study.pk} trial {trial.number} @ {qps:g} QPS",
+        label=label,
         selection=spec["selection"],
         sample_size=spec.get("sample_size"),
         sample_seed=spec.get("sample_seed"),
@@ -215,7 +221,7 @@ def _replay(study: TuningStudy, trial: TuningTrial, qps: float) -> ReplayRun:
         qps=qps,
         arrival=spec["arrival"],
         duration_cap_s=spec["duration_s"],
-        seed=study.seed,
+        seed=study.seed + repeat,
     )
     while True:
         run.refresh_from_db(fields=["status", "error"])
@@ -245,11 +251,16 @@ def _measure(study: TuningStudy, trial: TuningTrial) -> None:
     ladder = spec.get("qps_ladder") or [spec["qps"]]
     steps, runs = [], {}
     for qps in ladder:
-        run = _replay(study, trial, qps)
-        values = search.measured(run_figures(run_records(run=run), pool_metrics=run.pool_metrics))
+        each = []
+        for repeat in range(spec.get("repeats", 1)):
+            run = _replay(study, trial, qps, repeat)
+            figures = search.measured(run_figures(run_records(run=run), pool_metrics=run.pool_metrics))
+            each.append({"run": run.pk, **figures})
+            runs[run.pk] = run
+        values = search.repeated([{k: v for k, v in one.items() if k != "run"} for one in each])
         broken = search.violations(values, constraints)
-        steps.append({"qps": qps, "run": run.pk, **values, "violations": broken})
-        runs[run.pk] = run
+        # "run" is the step's last replay; "repeats" holds every replay's own figures, each linked to its run.
+        steps.append({"qps": qps, "run": run.pk, **values, "violations": broken, "repeats": each})
         trial.steps, trial.replay_run = steps, run
         trial.save(update_fields=["steps", "replay_run"])
         if broken:
@@ -265,7 +276,7 @@ def _measure(study: TuningStudy, trial: TuningTrial) -> None:
         broken = kept["violations"]
         feasible = not broken and value is not None
     last_run = runs[kept["run"]]
-    last_values = {key: kept[key] for key in kept if key not in ("qps", "run", "violations")}
+    last_values = {key: kept[key] for key in kept if key not in ("qps", "run", "violations", "repeats")}
     with transaction.atomic():
         trial.value = value
         trial.measured = last_values

@@ -23,6 +23,8 @@ from controlplane.tuning.models import TuningStudy
 DEFAULT_ERROR_RATE_MAX = 0.005
 MAX_LADDER = 8
 MAX_TRIAL_DURATION_S = 600
+# Replays per trial (and per ladder step): the trial's figures are their median, less noisy than one short replay.
+MAX_REPEATS = 10
 
 
 def _whole(field: str, value, low: int, high: int) -> int:
@@ -40,10 +42,21 @@ def _qps(field: str, value) -> float:
 
 
 def replay_spec_check(raw, *, objective: str) -> dict:
-    """The replay each trial runs: selection of the log, arrival, seconds per replay, QPS (or a ladder for max_qps)."""
+    """The replay each trial runs: selection of the log, arrival, seconds per replay, QPS (or a ladder for max_qps),
+    and how many times it is repeated (the trial's figures are the repeats' median)."""
     if not isinstance(raw, dict):
         raise InvalidField("replay", "must be an object")
-    known = {"selection", "sample_size", "sample_seed", "top_n", "arrival", "duration_s", "qps", "qps_ladder"}
+    known = {
+        "selection",
+        "sample_size",
+        "sample_seed",
+        "top_n",
+        "arrival",
+        "duration_s",
+        "qps",
+        "qps_ladder",
+        "repeats",
+    }
     unknown = set(raw) - known
     if unknown:
         raise InvalidField(f"replay.{sorted(unknown)[0]}", "unknown key")
@@ -57,6 +70,7 @@ def replay_spec_check(raw, *, objective: str) -> dict:
         "selection": selection,
         "arrival": arrival,
         "duration_s": _whole("replay.duration_s", raw.get("duration_s", 30), 1, MAX_TRIAL_DURATION_S),
+        "repeats": _whole("replay.repeats", raw.get("repeats", 1), 1, MAX_REPEATS),
     }
     if selection == ReplayRun.Selection.SAMPLE:
         spec["sample_size"] = _whole("replay.sample_size", raw.get("sample_size"), 1, settings.REPLAY_MAX_REQUESTS)
@@ -155,7 +169,7 @@ def study_create(
         constraints, default_p99_s=P99_TARGET_S, default_error_rate=DEFAULT_ERROR_RATE_MAX
     )
     budget = _whole("budget", budget, 1, settings.TUNING_MAX_TRIALS)
-    seed = _whole("seed", seed, -(2**62), 2**62)
+    seed = _whole("seed", seed, -(2**62), 2**62 - MAX_REPEATS)  # repeat r replays with seed + r
     _check_corners(base_version, dims)
     with transaction.atomic():
         locked = Pool.objects.select_for_update().get(pk=pool.pk)

@@ -8,6 +8,7 @@ per trial. The grid baseline needs every numeric dimension to have a step.
 """
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -217,6 +218,28 @@ def measured(figures: Mapping) -> dict:
         "output_tokens_per_s": figures["throughput"]["output_tokens_per_s"],
         "requests_per_s": figures["throughput"]["requests_per_s"],
         "requests": figures["requests"],
+    }
+
+
+def repeated(runs: Sequence[Mapping]) -> dict:
+    """One figure set from the same replay repeated k times (each a `measured` dict): P99 and throughputs are the
+    median of the runs' (a lone lucky or unlucky replay moves it less than a mean), the error rate is over every
+    request of every run, and `requests` is their total. One run is returned unchanged."""
+    if len(runs) == 1:
+        return dict(runs[0])
+
+    def median(key: str) -> float | None:
+        values = [run[key] for run in runs if run.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    requests = sum(run.get("requests") or 0 for run in runs)
+    errors = sum((run.get("error_rate") or 0) * (run.get("requests") or 0) for run in runs)
+    return {
+        "p99_s": median("p99_s"),
+        "error_rate": errors / requests if requests else None,
+        "output_tokens_per_s": median("output_tokens_per_s"),
+        "requests_per_s": median("requests_per_s"),
+        "requests": requests,
     }
 
 

@@ -53,7 +53,31 @@ def test_the_form_offers_no_production_pool_and_starts_a_study(tuning_world, cli
         "apply": "cold",
         "choices": [True, False],
     }
-    assert study.replay_spec["qps"] == 50 and study.budget == 6
+    assert study.replay_spec["qps"] == 50 and study.budget == 6 and study.replay_spec["repeats"] == 1
+
+
+def test_the_form_repeats_each_trials_replay_and_refuses_zero_naming_the_field(tuning_world, client, sre):
+    client.force_login(sre)
+    response = client.post(reverse("dashboard:tuning-new"), form(tuning_world, repeats="0"))
+    assert response.status_code == 400 and "replay.repeats: must be between 1 and 10" in response.content.decode()
+    assert not TuningStudy.objects.exists()
+    client.post(reverse("dashboard:tuning-new"), form(tuning_world, repeats="3"))
+    study = TuningStudy.objects.get()
+    assert study.replay_spec["repeats"] == 3
+    page = client.get(reverse("dashboard:tuning-study", args=[study.pk])).content.decode()
+    assert "3 replays per trial (median)" in page
+    # Every replay of a trial is linked from its row, not only the last.
+    TuningTrial.objects.create(
+        study=study,
+        number=1,
+        params={"engine.max_num_seqs": 8},
+        state="complete",
+        value=1.0,
+        steps=[{"qps": 50, "run": 93, "repeats": [{"run": 91}, {"run": 92}, {"run": 93}]}],
+    )
+    page = client.get(reverse("dashboard:tuning-study", args=[study.pk])).content.decode()
+    for run in (91, 92, 93):
+        assert f'href="{reverse("dashboard:replay-detail", args=[run])}"' in page
 
 
 def test_a_refused_study_shows_the_field_and_keeps_the_rows(tuning_world, client, sre):

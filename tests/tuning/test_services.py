@@ -27,9 +27,15 @@ def test_an_sre_starts_a_study_with_the_slo_as_constraints_and_it_is_audited(tun
     ]
     assert study.cold_fields == ["engine.max_num_seqs"]
     assert study.pool_version_before == tuning_world["v1"]
-    assert study.replay_spec == {"selection": "all", "arrival": "poisson", "duration_s": 5, "qps": 20.0}
+    assert study.replay_spec == {"selection": "all", "arrival": "poisson", "duration_s": 5, "repeats": 1, "qps": 20.0}
     entry = AuditEntry.objects.get(action="tuning.create")
     assert entry.reason == "find max_num_seqs for the festival" and entry.after["pool"] == "staging"
+
+
+def test_a_study_may_repeat_each_trials_replay(tuning_world, sre):
+    study = study_create(actor=sre, **study_args(tuning_world, replay={"qps": 20, "duration_s": 5, "repeats": 3}))
+    assert study.replay_spec["repeats"] == 3
+    assert AuditEntry.objects.get(action="tuning.create").after["replay"]["repeats"] == 3
 
 
 @pytest.mark.parametrize("role", ["admin", "sre"])
@@ -57,6 +63,12 @@ def test_only_sres_and_admins_run_a_study(tuning_world, users, role):
         ({"replay": {"qps": 20, "duration_s": 0}}, "replay.duration_s", "between 1"),
         ({"replay": {"qps": 9999}}, "replay.qps", "between 0.01"),
         ({"replay": {"qps": 20, "speed": 2}}, "replay.speed", "unknown key"),
+        ({"replay": {"qps": 20, "repeats": 0}}, "replay.repeats", "between 1 and 10"),
+        ({"replay": {"qps": 20, "repeats": 11}}, "replay.repeats", "between 1 and 10"),
+        ({"replay": {"qps": 20, "repeats": 2.5}}, "replay.repeats", "whole number"),
+        ({"replay": {"qps": 20, "repeats": True}}, "replay.repeats", "whole number"),
+        # Repeat r replays with seed + r: the largest seeds would leave the replay's range.
+        ({"seed": 2**62}, "seed", "between"),
         ({"objective": "max_qps", "replay": {"qps": 20}}, "replay.qps_ladder", "ladder of 2"),
         ({"objective": "max_qps", "replay": {"qps_ladder": [40, 20]}}, "replay.qps_ladder", "must go up"),
         ({"constraints": {"p99_max_s": 0}}, "constraints.p99_max_s", "above 0"),

@@ -125,3 +125,25 @@ def test_the_best_trial_is_the_best_feasible_one_and_the_earliest_on_a_tie():
     assert search.best_trial("min_p99", trials)["id"] == 3
     assert search.best_trial("max_throughput", trials)["id"] == 2
     assert search.best_trial("min_p99", [trials[0], trials[4]]) is None
+
+
+def test_repeated_replays_score_the_median_and_count_errors_over_every_request():
+    runs = [
+        {"p99_s": 0.9, "error_rate": 0.0, "output_tokens_per_s": 300.0, "requests_per_s": 40.0, "requests": 100},
+        {"p99_s": 1.6, "error_rate": 0.02, "output_tokens_per_s": 280.0, "requests_per_s": 39.0, "requests": 100},
+        {"p99_s": 1.0, "error_rate": 0.01, "output_tokens_per_s": 310.0, "requests_per_s": 41.0, "requests": 200},
+    ]
+    assert search.repeated(runs) == {
+        # One unlucky replay (1.6 s) does not move the median; a mean would say 1.167 s.
+        "p99_s": 1.0,
+        "error_rate": pytest.approx((0 + 2 + 2) / 400),
+        "output_tokens_per_s": 300.0,
+        "requests_per_s": 40.0,
+        "requests": 400,
+    }
+    # An even count takes the middle two's mean; a run without a successful request has no P99 to count.
+    two = search.repeated([{**runs[0], "p99_s": None, "error_rate": 1.0}, runs[1], runs[2]])
+    assert two["p99_s"] == pytest.approx(1.3) and two["error_rate"] == pytest.approx((100 + 2 + 2) / 400)
+    assert search.repeated(runs[:1]) == runs[0]
+    nothing = search.repeated([{"p99_s": None, "error_rate": None, "requests": 0}] * 2)
+    assert nothing["p99_s"] is None and nothing["error_rate"] is None

@@ -83,7 +83,7 @@ def test_a_two_trial_grid_over_a_cold_field_measures_each_candidate_and_keeps_th
         log=fleet["log"],
         space=[{"path": "engine.max_num_seqs", "type": "choice", "choices": [1, 32]}],
         objective="min_p99",
-        replay={"qps": 20, "duration_s": 3, "arrival": "uniform"},
+        replay={"qps": 20, "duration_s": 3, "arrival": "uniform", "repeats": 2},
         constraints={"p99_max_s": 30, "error_rate_max": 0.5},
         budget=2,
         sampler="grid",
@@ -97,13 +97,22 @@ def test_a_two_trial_grid_over_a_cold_field_measures_each_candidate_and_keeps_th
     by_seqs = {t.params["engine.max_num_seqs"]: t for t in trials}
     assert set(by_seqs) == {1, 32}
     for trial in trials:
-        run = trial.replay_run
-        # The replay ran on the candidate: the pool's version when it started is the trial's own.
-        assert run.status == "succeeded" and run.template_version == trial.version
-        assert run.template_hash == trial.version.content_hash
+        # Two replays per trial, each linked to the trial, with seeds seed and seed + 1; the trial scores their median.
+        (step,) = trial.steps
+        runs = [ReplayRun.objects.get(pk=r["run"]) for r in step["repeats"]]
+        assert [r.seed for r in runs] == [1, 2] and trial.replay_run == runs[-1] and step["run"] == runs[-1].pk
+        assert [r.label for r in runs] == [
+            f"study {study.pk} trial {trial.number} @ 20 QPS (repeat {i} of 2)" for i in (1, 2)
+        ]
+        for run in runs:
+            # The replay ran on the candidate: the pool's version when it started is the trial's own.
+            assert run.status == "succeeded" and run.template_version == trial.version
+            assert run.template_hash == trial.version.content_hash
         assert trial.version.params["engine"]["max_num_seqs"] == trial.params["engine.max_num_seqs"]
-        assert trial.measured["requests"] == run.planned >= 60 and trial.value == trial.measured["p99_s"] > 0
-        assert trial.is_feasible and trial.steps[0]["run"] == run.pk
+        p99s = [r["p99_s"] for r in step["repeats"]]
+        assert trial.value == trial.measured["p99_s"] == pytest.approx(sum(p99s) / 2) and min(p99s) > 0
+        assert trial.measured["requests"] == sum(r.planned for r in runs) >= 120
+        assert trial.is_feasible
     # One sequence at a time queues the rest: its P99 is the worse one, so the best is 32.
     assert by_seqs[1].value > by_seqs[32].value
     assert study.best_trial == by_seqs[32] and study.trials_done == 2

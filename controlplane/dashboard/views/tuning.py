@@ -34,6 +34,7 @@ class StudyForm(forms.Form):
     qps = forms.FloatField(required=False)
     qps_ladder = forms.CharField(max_length=200, required=False, help_text="for max_qps: QPS steps, lowest first")
     duration_s = forms.IntegerField(min_value=1)
+    repeats = forms.IntegerField(required=False, help_text="replays per trial (1 if left empty); their median counts")
     arrival = forms.ChoiceField(choices=ReplayRun.Arrival.choices)
     p99_max_s = forms.FloatField(required=False)
     error_rate_max = forms.FloatField(required=False)
@@ -91,7 +92,7 @@ def study_list(request):
 
 @page(Action.TUNING_RUN, write_action=Action.TUNING_RUN)
 def study_new(request):
-    form = StudyForm(request.POST or None, initial={"budget": 12, "duration_s": 30, "qps": 50, "seed": 0})
+    form = StudyForm(request.POST or None, initial={"budget": 12, "duration_s": 30, "repeats": 1, "qps": 50, "seed": 0})
     rows = [
         {
             "i": i,
@@ -107,7 +108,8 @@ def study_new(request):
         return render(request, "tuning/study_new.html", context)
     if form.is_valid():
         data = form.cleaned_data
-        replay = {"duration_s": data["duration_s"], "arrival": data["arrival"]}
+        repeats = 1 if data["repeats"] is None else data["repeats"]
+        replay = {"duration_s": data["duration_s"], "repeats": repeats, "arrival": data["arrival"]}
         if data["objective"] == search.Objective.MAX_QPS:
             replay["qps_ladder"] = [_value(q, "float") for q in data["qps_ladder"].split(",") if q.strip()]
         else:
