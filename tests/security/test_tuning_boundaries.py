@@ -93,3 +93,28 @@ def test_a_grid_too_large_to_run_is_refused(tuning_world, api_for):
     response = post(api_for("sre"), body(space=space, sampler="grid"))
     assert response.status_code == 400 and response.json()["detail"][0]["path"] == "space"
     assert "points" in response.json()["detail"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("replay", "words"),
+    [
+        # Repeats multiply every trial's replays (and every ladder step's): a huge count would hold the pool for ever.
+        ({"qps": 5, "duration_s": 5, "repeats": 10**9}, "between 1 and 10"),
+        ({"qps": 5, "duration_s": 5, "repeats": -1}, "between 1 and 10"),
+        ({"qps": 5, "duration_s": 5, "repeats": "3"}, "whole number"),
+        ({"qps": 5, "duration_s": 5, "repeats": [3]}, "whole number"),
+        ({"qps": 5, "duration_s": 5, "repeats": 1e308}, "whole number"),
+    ],
+)
+def test_a_hostile_repeat_count_is_refused_naming_it(tuning_world, api_for, replay, words):
+    response = post(api_for("sre"), body(replay=replay))
+    assert response.status_code == 400, response.content[:300]
+    detail = response.json()["detail"][0]
+    assert detail["path"] == "replay.repeats" and words in detail["message"]
+    assert not TuningStudy.objects.exists() and not AuditEntry.objects.filter(action="tuning.create").exists()
+
+
+def test_a_seed_whose_repeats_would_leave_the_replay_seed_range_is_refused(tuning_world, api_for):
+    response = post(api_for("sre"), body(seed=2**62, replay={"qps": 5, "duration_s": 5, "repeats": 10}))
+    assert response.status_code == 400 and response.json()["detail"][0]["path"] == "seed"
+    assert not TuningStudy.objects.exists()
