@@ -12,7 +12,8 @@ moved when that corrected p is below `ALPHA` *and* the medians differ by more th
 import math
 from dataclasses import dataclass
 
-SAMPLE_WINDOW_S = 10  # the agents' sample window (engine_node/metrics: 10 s of requests per 1 s sample)
+from controlplane.metrics.samples import SAMPLE_WINDOW_S
+
 ALPHA = 0.05
 
 

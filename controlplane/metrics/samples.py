@@ -41,6 +41,11 @@ COUNT_MAPS = ("batch_size_hist", "length_hist", "intents", "tiers")
 SAMPLE_KEYS = frozenset((*NULLABLE_FIGURES, *FIGURES, *COUNTS, *FLAGS, *COUNT_MAPS))
 MESSAGE_KEYS = frozenset({"type", "t", "window_s", "m"})
 
+# Each 1 s sample's request figures (latency percentiles, error rate, acceptance) cover the requests that finished in
+# the agent's last `window_s` seconds (engine_node.telemetry.WINDOW_S): for this long after a node changes version its
+# samples still mix in requests of the version before.
+SAMPLE_WINDOW_S = 10
+
 # An agent whose clock is further off than this sends rows the history and the staleness check cannot place.
 MAX_CLOCK_SKEW_S = 300.0
 MAX_MAP_ENTRIES = 256

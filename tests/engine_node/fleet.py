@@ -31,14 +31,31 @@ reply_length:
 """
 
 
-def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1, explain=None):
+    """Poll `predicate` until it is truthy; on time-out fail with `what` and, when given, `explain()`: the state a
+    reader needs to tell why (a run that fails once on a busy machine must say what it was waiting on)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    detail = ""
+    if explain is not None:
+        try:
+            detail = "\n" + explain()
+        except Exception as exc:  # the explanation must never hide the time-out itself
+            detail = f"\n(could not explain: {exc!r})"
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}{detail}")
+
+
+def log_tail(agent: "AgentProcess", lines: int = 30) -> str:
+    """The last lines of an agent's log (stdout and stderr), for failure messages."""
+    try:
+        text = agent.log_path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(no log: {exc})"
+    return "\n".join(text[-lines:])
 
 
 class AgentProcess:

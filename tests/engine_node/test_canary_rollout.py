@@ -18,7 +18,7 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.nodes.services.rollouts import pool_canary_update, rollouts_analyse
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
+from tests.engine_node.fleet import AgentProcess, Traffic, log_tail, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -50,6 +50,24 @@ def nodes_on(version) -> list[str]:
     return sorted(
         EngineNode.objects.filter(applied_hash=version.content_hash, is_connected=True).values_list("name", flat=True)
     )
+
+
+def explain_rollout(rollout_pk: int, agents) -> str:
+    """What a stuck rollout was doing: its state and evidence, every node's row, and the agents' log tails."""
+    rollout = Rollout.objects.get(pk=rollout_pk)
+    lines = [
+        f"rollout {rollout.pk}: state={rollout.state} stage={rollout.stage_index} canary={rollout.canary_nodes} "
+        f"acked_at={rollout.stage_acked_at} outcome={rollout.outcome!r}",
+        f"evidence: {rollout.evidence}",
+    ]
+    for node in EngineNode.objects.order_by("name"):
+        lines.append(
+            f"{node.name}: connected={node.is_connected} applied={node.applied_hash[:12]} "
+            f"nack={node.last_nack_hash[:12]} {node.last_nack_error[:200]!r}"
+        )
+    for agent in agents:
+        lines.append(f"--- {agent.name} health: {agent.health()}\n{log_tail(agent)}")
+    return "\n".join(lines)
 
 
 class Analyser:
@@ -131,7 +149,13 @@ def test_slower_version_is_rolled_back_automatically_with_no_failed_request(flee
         pool_publish(actor=sre, pool=pool, version=v2, reason="fp8 to fit more sequences")
         rollout = Rollout.objects.get(to_version=v2)
         assert rollout.canary_nodes == ["gpu-1"]
-        wait_until(rolled_back, 120, "the canary to fail its analysis and go back to v1", interval_s=0.2)
+        wait_until(
+            rolled_back,
+            120,
+            "the canary to fail its analysis and go back to v1",
+            interval_s=0.2,
+            explain=lambda: f"analyser errors: {analyser.errors}\n" + explain_rollout(rollout.pk, agents),
+        )
         time.sleep(2)  # traffic keeps flowing on v1 after the rollback
     assert analyser.errors == []
     assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
@@ -169,7 +193,12 @@ def test_harmless_version_is_promoted_through_both_stages_to_every_node(fleet, s
         pool_publish(actor=sre, pool=pool, version=v2, reason="more sequences per batch")
         rollout = Rollout.objects.get(to_version=v2)
         assert rollout.canary_nodes == ["gpu-1"]
-        wait_until(lambda: Rollout.objects.get(pk=rollout.pk).state != Rollout.State.RUNNING, 120, "the rollout to end")
+        wait_until(
+            lambda: Rollout.objects.get(pk=rollout.pk).state != Rollout.State.RUNNING,
+            120,
+            "the rollout to end",
+            explain=lambda: f"analyser errors: {analyser.errors}\n" + explain_rollout(rollout.pk, agents),
+        )
     assert analyser.errors == []
     assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
     assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])

@@ -8,6 +8,7 @@ from django.utils import timezone
 from controlplane.audit.models import AuditEntry
 from controlplane.lib.errors import Conflict, InvalidField
 from controlplane.metrics.models import MetricSample
+from controlplane.metrics.samples import SAMPLE_WINDOW_S
 from controlplane.nodes.models import EngineNode, Pool, Rollout
 from controlplane.nodes.selectors import node_desired_version
 from controlplane.nodes.services import agent_sessions, rollouts
@@ -18,6 +19,8 @@ from tests.factories import pools, template_with_versions
 pytestmark = pytest.mark.django_db
 
 WINDOW_S = 10
+# The analysis runs once the canary's samples have turned over to the new version and a window has passed.
+READY_S = SAMPLE_WINDOW_S + WINDOW_S
 
 
 @pytest.fixture
@@ -89,11 +92,11 @@ def test_a_second_publish_during_a_rollout_is_refused(canary, sre):
 def test_window_passes_and_promotes_then_succeeds_when_every_node_acked(canary, sre):
     rollout, t0 = acked_window(canary)
     start = t0 - timedelta(seconds=1)
-    samples("gpu-1", start=start, seconds=WINDOW_S + 2, p99=0.9)
+    samples("gpu-1", start=start, seconds=READY_S + 2, p99=0.9)
     for name in ("gpu-2", "gpu-3", "gpu-4"):
-        samples(name, start=start, seconds=WINDOW_S + 2, p99=0.8)
-    assert step(rollout, t0 + timedelta(seconds=WINDOW_S - 1)).stage_index == 0  # still in its window
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S))
+        samples(name, start=start, seconds=READY_S + 2, p99=0.8)
+    assert step(rollout, t0 + timedelta(seconds=READY_S - 1)).stage_index == 0  # still in its window
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     assert rollout.stage_index == 1 and rollout.stage_nodes == [["gpu-1"], ["gpu-2"]]
     [evidence] = rollout.evidence
     assert evidence["verdict"] == "pass" and evidence["canary"]["latency_p99_s"] == pytest.approx(0.9)
@@ -105,18 +108,18 @@ def test_window_passes_and_promotes_then_succeeds_when_every_node_acked(canary, 
     assert rollout.stage_index == 2 and set(rollout.canary_nodes) == {"gpu-1", "gpu-2", "gpu-3", "gpu-4"}
     for name in ("gpu-3", "gpu-4"):
         ack(name, canary["v2"])
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S + 1))
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S + 2))
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S + 1))
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S + 2))
     assert rollout.state == Rollout.State.SUCCEEDED
 
 
 def test_slow_canary_fails_and_is_rolled_back_by_the_system_with_the_evidence(canary):
     rollout, t0 = acked_window(canary)
     start = t0 - timedelta(seconds=1)
-    samples("gpu-1", start=start, seconds=WINDOW_S + 2, p99=1.8)  # above warn 1.6 and > 1.5 × 0.8
+    samples("gpu-1", start=start, seconds=READY_S + 2, p99=1.8)  # above warn 1.6 and > 1.5 × 0.8
     for name in ("gpu-2", "gpu-3", "gpu-4"):
-        samples(name, start=start, seconds=WINDOW_S + 2, p99=0.8)
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S))
+        samples(name, start=start, seconds=READY_S + 2, p99=0.8)
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     assert rollout.state == Rollout.State.ROLLED_BACK
     assert rollout.evidence[-1]["verdict"] == "fail" and "P99" in rollout.evidence[-1]["reasons"][0]
     pool = Pool.objects.get(pk=canary["pool"].pk)
@@ -129,22 +132,40 @@ def test_slow_canary_fails_and_is_rolled_back_by_the_system_with_the_evidence(ca
     assert release.actor is None and release.actor_name == "system"
 
 
+def test_the_canary_is_judged_on_samples_of_the_new_version_alone(canary):
+    """A canary's first samples after its ACK still carry the old version's fast requests in their 10 s window: a
+    window mean taken over them reads a slow version as fast. The analysis waits for the samples to turn over."""
+    rollout, t0 = acked_window(canary)
+    start = t0 - timedelta(seconds=1)
+    # Mixed samples while the node's sample window still holds old-version requests, then the new version's own.
+    samples("gpu-1", start=start, seconds=SAMPLE_WINDOW_S + 1, p99=0.15)
+    samples("gpu-1", start=t0 + timedelta(seconds=SAMPLE_WINDOW_S), seconds=WINDOW_S + 2, p99=3.8)
+    for name in ("gpu-2", "gpu-3", "gpu-4"):
+        samples(name, start=start, seconds=READY_S + 2, p99=0.15)
+    # Where a window right after the ACK would have averaged the mixed samples and passed, nothing is decided yet.
+    assert step(rollout, t0 + timedelta(seconds=WINDOW_S)).evidence == []
+    assert rollouts.window_left_s(rollout, t0 + timedelta(seconds=WINDOW_S)) == pytest.approx(SAMPLE_WINDOW_S)
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S))
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    assert rollout.evidence[-1]["canary"]["latency_p99_s"] == pytest.approx(3.8)
+
+
 def test_slow_baseline_alone_does_not_fail_a_canary_below_the_ratio(canary):
     rollout, t0 = acked_window(canary)
     start = t0 - timedelta(seconds=1)
-    samples("gpu-1", start=start, seconds=WINDOW_S + 2, p99=1.7)  # above warn but like the baseline
+    samples("gpu-1", start=start, seconds=READY_S + 2, p99=1.7)  # above warn but like the baseline
     for name in ("gpu-2", "gpu-3", "gpu-4"):
-        samples(name, start=start, seconds=WINDOW_S + 2, p99=1.5)
-    assert step(rollout, t0 + timedelta(seconds=WINDOW_S)).evidence[-1]["verdict"] == "pass"
+        samples(name, start=start, seconds=READY_S + 2, p99=1.5)
+    assert step(rollout, t0 + timedelta(seconds=READY_S)).evidence[-1]["verdict"] == "pass"
 
 
 def test_errors_and_acceptance_drop_fail(canary):
     rollout, t0 = acked_window(canary)
     start = t0 - timedelta(seconds=1)
-    samples("gpu-1", start=start, seconds=WINDOW_S + 2, p99=0.5, error_rate=0.03, acceptance=0.4)
+    samples("gpu-1", start=start, seconds=READY_S + 2, p99=0.5, error_rate=0.03, acceptance=0.4)
     for name in ("gpu-2", "gpu-3", "gpu-4"):
-        samples(name, start=start, seconds=WINDOW_S + 2, p99=0.5, error_rate=0.005, acceptance=0.7)
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S))
+        samples(name, start=start, seconds=READY_S + 2, p99=0.5, error_rate=0.005, acceptance=0.7)
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     reasons = rollout.evidence[-1]["reasons"]
     assert rollout.state == Rollout.State.ROLLED_BACK and len(reasons) == 2
     assert "error rate" in reasons[0] and "acceptance" in reasons[1]
@@ -152,12 +173,12 @@ def test_errors_and_acceptance_drop_fail(canary):
 
 def test_missing_canary_metrics_hold_then_fail_after_two_windows(canary):
     rollout, t0 = acked_window(canary)
-    samples("gpu-2", start=t0, seconds=3 * WINDOW_S, p99=0.5)
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S))
+    samples("gpu-2", start=t0, seconds=SAMPLE_WINDOW_S + 3 * WINDOW_S, p99=0.5)
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     assert rollout.state == Rollout.State.RUNNING and rollout.evidence[-1]["verdict"] == "hold"
-    rollout = step(rollout, t0 + timedelta(seconds=WINDOW_S + 2))
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S + 2))
     assert len(rollout.evidence) == 1  # one hold kept per stage, not one per pass
-    rollout = step(rollout, t0 + timedelta(seconds=2 * WINDOW_S))
+    rollout = step(rollout, t0 + timedelta(seconds=SAMPLE_WINDOW_S + 2 * WINDOW_S))
     assert rollout.state == Rollout.State.ROLLED_BACK
     assert "no canary metrics" in rollout.evidence[-1]["reasons"][-1]
 
@@ -175,7 +196,7 @@ def test_a_nack_from_the_canary_fails_the_stage_at_once(canary):
 def test_pause_holds_resume_restarts_the_window_abort_rolls_back(canary, sre):
     rollout, t0 = acked_window(canary)
     rollouts.rollout_pause(actor=sre, rollout=rollout, reason="watching a dashboard")
-    rollouts.rollouts_analyse(now=t0 + timedelta(seconds=WINDOW_S))
+    rollouts.rollouts_analyse(now=t0 + timedelta(seconds=READY_S))
     rollout.refresh_from_db()
     assert rollout.state == Rollout.State.PAUSED and rollout.evidence == []
     with pytest.raises(Conflict):

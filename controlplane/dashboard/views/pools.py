@@ -11,6 +11,7 @@ from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import pool_charts
 from controlplane.lib.errors import DomainError, InvalidField
+from controlplane.metrics.samples import SAMPLE_WINDOW_S
 from controlplane.nodes import selectors, whitelist_pins
 from controlplane.nodes.gate import version_gate, version_gates
 from controlplane.nodes.models import ClientKey, NodeCommand, Pool
@@ -76,6 +77,7 @@ def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
             "rollout": selectors.pool_rollout(pool=pool, now=now),
             "canary": _canary(pool),
             "canary_stages_text": stages_text(pool.canary_stages),
+            "sample_window_s": SAMPLE_WINDOW_S,
             "publish_form": publish_form or forms.PublishForm(),
             "charts": pool_charts(pool),
             "suggestions": pool_suggestions(pool=pool)["suggestions"],

@@ -1,6 +1,9 @@
 """Canary rollouts: a publish reaches the pool stage by stage, each stage watched for an analysis window.
 
-A stage's window starts once all its nodes ACKed the new version. Then the canary nodes' P99, error rate and
+A stage's window starts once all its nodes ACKed the new version and their samples describe it alone: each 1 s
+sample's latency figures cover the node's last `SAMPLE_WINDOW_S` seconds of requests, so the samples of those first
+seconds still mix in requests served by the version before (a slow version's first samples would read as half
+fast). After that settling time and the pool's analysis window, the canary nodes' P99, error rate and
 spec-decode acceptance (means over the window) are compared with the rest of the pool (the baseline) and with the
 p99-latency alert rule's thresholds. A pass promotes to the next stage; a fail (or a NACK from a canary node) ends
 the rollout and the control plane itself rolls the canary nodes back to the version they ran before, audited as
@@ -18,6 +21,7 @@ from controlplane.audit.services import audit_record, mutating_service
 from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, InvalidField, required_text
 from controlplane.metrics.models import MetricSample
+from controlplane.metrics.samples import SAMPLE_WINDOW_S
 from controlplane.metrics.selectors import window_values
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
@@ -285,7 +289,9 @@ def _step(rollout: Rollout, now: datetime) -> bool:
         rollout.save(update_fields=["state", "finished_at", "outcome"])
         return True
     window = rollout.pool.analysis_window_s
-    held = (now - rollout.stage_acked_at).total_seconds()
+    # Seconds of samples that describe the new version alone: the stage's nodes ACKed, then their sample windows
+    # turned over.
+    held = (now - rollout.stage_acked_at).total_seconds() - SAMPLE_WINDOW_S
     if held < window:
         return False
     evidence = rollout_analysis(rollout=rollout, now=now)
@@ -467,8 +473,9 @@ def rollout_broadcast(*, rollout_id: int) -> None:
 
 
 def window_left_s(rollout: Rollout, now: datetime) -> float | None:
-    """Seconds until the stage's analysis, once its nodes have ACKed."""
+    """Seconds until the stage's analysis, once its nodes have ACKed (their sample windows turn over, then the
+    analysis window runs)."""
     if rollout.stage_acked_at is None:
         return None
-    end = rollout.stage_acked_at + timedelta(seconds=rollout.pool.analysis_window_s)
+    end = rollout.stage_acked_at + timedelta(seconds=SAMPLE_WINDOW_S + rollout.pool.analysis_window_s)
     return max(0.0, (end - now).total_seconds())
