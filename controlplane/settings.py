@@ -422,6 +422,11 @@ REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
 # production deployments give replays workers of their own (`celery worker -Q replays`) and set this.
 REPLAY_TASK_QUEUE = env_str("REPLAY_TASK_QUEUE")
 
+# Canary rollouts: how long a stage's nodes may take to ACK the new version (a cold change restarts vLLM, loads the
+# model and warms it up) before the stage fails and the pool goes back; a lost push or a hung engine never holds a
+# rollout (and with it every other publish to the pool) for ever.
+ROLLOUT_APPLY_TIMEOUT_S = env_int("ROLLOUT_APPLY_TIMEOUT_S", 1800)
+
 # Tuning studies: the most trials one study may ask for, how long a trial waits for the pool's nodes to ACK its
 # candidate (a cold field restarts vLLM and warms it up first), and the queue the study task goes to. A study's task
 # waits for its replays' shares for its whole run, so it needs a worker besides theirs.

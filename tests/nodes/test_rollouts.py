@@ -193,6 +193,21 @@ def test_a_nack_from_the_canary_fails_the_stage_at_once(canary):
     assert rollout.state == Rollout.State.ROLLED_BACK and "refused" in rollout.evidence[-1]["reasons"][0]
 
 
+def test_a_stage_whose_nodes_never_ack_fails_after_the_apply_timeout(canary, settings):
+    """A lost push or an engine that never comes back must not hold the pool's rollout (and its publishes) for ever."""
+    settings.ROLLOUT_APPLY_TIMEOUT_S = 300
+    rollout = canary["rollout"]
+    started = rollout.stage_started_at
+    assert step(rollout, started + timedelta(seconds=299)).state == Rollout.State.RUNNING
+    rollout = step(rollout, started + timedelta(seconds=300))
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    [reason] = rollout.evidence[-1]["reasons"]
+    assert reason == f"not applied within 300 s: gpu-1 (connected, on {canary['v1'].content_hash[:12]})"
+    assert Pool.objects.get(pk=canary["pool"].pk).desired_version == canary["v1"]
+    entry = AuditEntry.objects.filter(action="pool.rollback").latest("id")
+    assert entry.actor_name == "system" and "not applied within 300 s" in entry.reason
+
+
 def test_pause_holds_resume_restarts_the_window_abort_rolls_back(canary, sre):
     rollout, t0 = acked_window(canary)
     rollouts.rollout_pause(actor=sre, rollout=rollout, reason="watching a dashboard")

@@ -14,6 +14,7 @@ ACKed, and from then on the alert rules watch the pool as always.
 import math
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -277,8 +278,9 @@ def _step(rollout: Rollout, now: datetime) -> bool:
             }
             _fail(rollout, evidence)
             return True
-    if not all(node.applied_hash == target for node in canary):
-        return False
+    waiting = [node for node in canary if node.applied_hash != target]
+    if waiting:
+        return _apply_overdue(rollout, waiting, now)
     if rollout.stage_acked_at is None:
         rollout.stage_acked_at = now
         rollout.save(update_fields=["stage_acked_at"])
@@ -304,6 +306,26 @@ def _step(rollout: Rollout, now: datetime) -> bool:
         _fail(rollout, evidence)
     else:
         _record(rollout, evidence)
+    return True
+
+
+def _apply_overdue(rollout: Rollout, waiting: list[EngineNode], now: datetime) -> bool:
+    """Fail the stage when its nodes have not ACKed within ROLLOUT_APPLY_TIMEOUT_S; False while they still may."""
+    limit = settings.ROLLOUT_APPLY_TIMEOUT_S
+    if (now - rollout.stage_started_at).total_seconds() < limit:
+        return False
+    described = ", ".join(
+        f"{node.name} ({'connected' if node.is_connected else 'not connected'}, on "
+        f"{node.applied_hash[:12] or 'nothing yet'})"
+        for node in waiting
+    )
+    evidence = {
+        "stage": rollout.stage_index,
+        "at": now.isoformat(),
+        "verdict": "fail",
+        "reasons": [f"not applied within {limit} s: {described}"],
+    }
+    _fail(rollout, evidence)
     return True
 
 
