@@ -236,6 +236,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 60},
     },
+    # Every 30 s: a log analysis reports progress about every second; one silent for LOG_ANALYSIS_STALL_S (its worker
+    # stopped, or the embedded process restarted) would stay "running" for ever.
+    "log-analyses-reap": {
+        "task": "controlplane.convlogs.tasks.log_analyses_reap_task",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
     # Every 15 s: an impact record's after-window is minutes long; measuring up to 15 s after it closed changes
     # nothing, and a pass reads only the records whose window has passed.
     "impact-measure": {
@@ -421,6 +428,10 @@ REPLAY_REQUEST_TIMEOUT_S = env_int("REPLAY_REQUEST_TIMEOUT_S", 120)
 # The Celery queue replay tasks go to (empty: the default queue). A share holds its worker for the whole run, so
 # production deployments give replays workers of their own (`celery worker -Q replays`) and set this.
 REPLAY_TASK_QUEUE = env_str("REPLAY_TASK_QUEUE")
+
+# Conversation log analyses: a running analysis that has not reported progress for this long is failed (its worker
+# stopped); progress comes about every second, a 100,000-conversation log takes tens of seconds.
+LOG_ANALYSIS_STALL_S = env_int("LOG_ANALYSIS_STALL_S", 300)
 
 # Canary rollouts: how long a stage's nodes may take to ACK the new version (a cold change restarts vLLM, loads the
 # model and warms it up) before the stage fails and the pool goes back; a lost push or a hung engine never holds a

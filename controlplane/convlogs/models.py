@@ -87,6 +87,8 @@ class LogAnalysis(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # When the running analysis last reported progress (each second or so): a worker that stopped leaves it stale.
+    progress_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     token_source = models.CharField(max_length=12, choices=TokenSource.choices, blank=True)

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from controlplane.convlogs.services.analyses import log_analysis_run
+from controlplane.convlogs.services.analyses import log_analyses_reap, log_analysis_run
 from controlplane.lib.background import CLAIM_RETRIED, enqueue
 
 
@@ -20,3 +20,9 @@ def log_analysis_enqueue(analysis_id: int) -> None:
     A log of 100,000 conversations takes tens of seconds: the HTTP request that queued it must not wait for it.
     """
     enqueue(log_analysis_task, analysis_id, name=f"log-analysis-{analysis_id}")
+
+
+@shared_task
+def log_analyses_reap_task() -> None:
+    """Fail running analyses whose worker stopped reporting progress (settings.CELERY_BEAT_SCHEDULE)."""
+    log_analyses_reap()

@@ -106,3 +106,44 @@ def test_import_is_for_operators_and_off_by_default(api_for, settings, tmp_path,
     assert imported.status_code == 201, imported.json()
     assert imported.json()["source"] == "import" and imported.json()["original_filename"] == "june.jsonl"
     assert ConversationLog.objects.get().path.read_bytes() == log_bytes
+
+
+def test_an_analysis_whose_worker_stopped_is_failed_and_a_late_finish_does_not_overwrite_it(
+    api_for, staging, log_bytes, settings
+):
+    """A worker killed mid-run (or the embedded process restarted) left the analysis "running" for ever."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from controlplane.convlogs.services import analyses
+
+    settings.LOG_ANALYSIS_STALL_S = 300
+    agent = api_for("agent")
+    upload(agent, "june", log_bytes)
+    stalled, fresh = (
+        agent.post("/api/v1/conversation-logs/june/analyses/", {"pool": "staging"}, format="json").json()["id"]
+        for _ in range(2)
+    )
+    now = timezone.now()
+    LogAnalysis.objects.filter(pk=stalled).update(
+        status="running", started_at=now - timedelta(seconds=400), progress_at=now - timedelta(seconds=301)
+    )
+    LogAnalysis.objects.filter(pk=fresh).update(
+        status="running", started_at=now - timedelta(seconds=400), progress_at=now - timedelta(seconds=299)
+    )
+    assert analyses.log_analyses_reap(now=now) == [stalled]
+    detail = api_for("oncall").get(f"/api/v1/conversation-logs/june/analyses/{stalled}/").json()
+    assert detail["status"] == "failed" and detail["error"].startswith("no progress for 300 s")
+    assert LogAnalysis.objects.get(pk=fresh).status == "running"
+    assert analyses.log_analyses_reap(now=now) == []
+
+    # The stopped worker comes back and finishes after all: the analysis stays failed, the log's counts unset.
+    analyses._run(LogAnalysis.objects.select_related("log", "version", "pool").get(pk=stalled))
+    reaped = LogAnalysis.objects.get(pk=stalled)
+    assert reaped.status == "failed" and reaped.result is None
+    assert ConversationLog.objects.get(name="june").conversation_count is None
+    # The running one finishes normally.
+    analyses._run(LogAnalysis.objects.select_related("log", "version", "pool").get(pk=fresh))
+    assert LogAnalysis.objects.get(pk=fresh).status == "succeeded"
+    assert ConversationLog.objects.get(name="june").conversation_count == 500

@@ -4,7 +4,9 @@
 import copy
 import logging
 import time
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -75,8 +77,9 @@ def _enqueue(analysis_id: int) -> None:
 
 def log_analysis_run(*, analysis_id: int) -> LogAnalysis | None:
     """Run a queued analysis; None when it vanished or another worker claimed it. Any error marks it failed."""
+    now = timezone.now()
     claimed = LogAnalysis.objects.filter(pk=analysis_id, status=LogAnalysis.Status.QUEUED).update(
-        status=LogAnalysis.Status.RUNNING, started_at=timezone.now(), progress=0, progress_text="reading the log"
+        status=LogAnalysis.Status.RUNNING, started_at=now, progress_at=now, progress=0, progress_text="reading the log"
     )
     if not claimed:
         return None
@@ -87,13 +90,42 @@ def log_analysis_run(*, analysis_id: int) -> LogAnalysis | None:
     except Exception as exc:
         if not isinstance(exc, DomainError):
             logger.exception("analysis %s failed", analysis)
-        analysis.status = LogAnalysis.Status.FAILED
-        analysis.error = str(exc)[:2000]
-        analysis.progress_text = "failed"
-        analysis.finished_at = timezone.now()
-        analysis.save(update_fields=["status", "error", "progress_text", "finished_at"])
-        realtime.log_analysis_progress(analysis)
+        _end(analysis, status=LogAnalysis.Status.FAILED, error=str(exc)[:2000], progress_text="failed")
     return analysis
+
+
+def _end(analysis: LogAnalysis, **fields) -> bool:
+    """Store a running analysis's end (only while it is still running: one the reaper failed stays failed)."""
+    fields["finished_at"] = timezone.now()
+    ended = LogAnalysis.objects.filter(pk=analysis.pk, status=LogAnalysis.Status.RUNNING).update(**fields)
+    if not ended:
+        logger.warning("analysis %s ended after it was failed as stalled; its result is not stored", analysis.pk)
+        analysis.refresh_from_db()
+    else:
+        for name, value in fields.items():
+            setattr(analysis, name, value)
+    realtime.log_analysis_progress(analysis)
+    return bool(ended)
+
+
+def log_analyses_reap(*, now=None) -> list[int]:
+    """Fail running analyses that reported no progress for LOG_ANALYSIS_STALL_S (their worker stopped or the
+    embedded process restarted): otherwise they would show "running" for ever. Returns their ids."""
+    now = now or timezone.now()
+    stall = settings.LOG_ANALYSIS_STALL_S
+    stale = list(
+        LogAnalysis.objects.filter(
+            status=LogAnalysis.Status.RUNNING, progress_at__lt=now - timedelta(seconds=stall)
+        ).values_list("pk", flat=True)
+    )
+    for analysis_id in stale:
+        error = f"no progress for {stall} s: the worker running it stopped (restarted or killed); start it again"
+        ended = LogAnalysis.objects.filter(pk=analysis_id, status=LogAnalysis.Status.RUNNING).update(
+            status=LogAnalysis.Status.FAILED, error=error, progress_text="failed", finished_at=now
+        )
+        if ended:
+            realtime.log_analysis_progress(LogAnalysis.objects.select_related("log").get(pk=analysis_id))
+    return stale
 
 
 def _run(analysis: LogAnalysis) -> None:
@@ -122,29 +154,31 @@ def _run(analysis: LogAnalysis) -> None:
     if reader.errors.file_errors or not analyser.conversations:
         problems = "; ".join(f"{e.field}: {e.message}" for e in reader.errors.file_errors) or "no conversations"
         raise InvalidField("file", problems)
-    analysis.result = result
-    analysis.suggestions = suggest(analyser, coverage=analysis.coverage)
-    analysis.token_source = analyser.token_source()
-    analysis.status = LogAnalysis.Status.SUCCEEDED
-    analysis.progress = 100
-    analysis.progress_text = f"{analyser.conversations} conversations analysed"
-    analysis.finished_at = timezone.now()
-    analysis.save(
-        update_fields=["result", "suggestions", "token_source", "status", "progress", "progress_text", "finished_at"]
+    ended = _end(
+        analysis,
+        result=result,
+        suggestions=suggest(analyser, coverage=analysis.coverage),
+        token_source=analyser.token_source(),
+        status=LogAnalysis.Status.SUCCEEDED,
+        progress=100,
+        progress_text=f"{analyser.conversations} conversations analysed",
     )
+    if not ended:
+        return
     # The counts are facts of the file, the same for every analysis: filled once, never changed after.
     ConversationLog.objects.filter(pk=analysis.log_id, conversation_count__isnull=True).update(
         conversation_count=analyser.conversations,
         message_count=analyser.messages,
         bad_line_count=reader.errors.row_count,
     )
-    realtime.log_analysis_progress(analysis)
 
 
 def _progress(analysis: LogAnalysis, reader: LogReader, analyser: LogAnalyser) -> None:
     analysis.progress = min(99, int(100 * reader.bytes_read / max(1, reader.size)))
     analysis.progress_text = f"{analyser.conversations} conversations read"
-    LogAnalysis.objects.filter(pk=analysis.pk).update(progress=analysis.progress, progress_text=analysis.progress_text)
+    LogAnalysis.objects.filter(pk=analysis.pk).update(
+        progress=analysis.progress, progress_text=analysis.progress_text, progress_at=timezone.now()
+    )
     realtime.log_analysis_progress(analysis)
 
 
