@@ -175,7 +175,7 @@ class Agent(PushedDocuments, NodeOperations):
         self._spawn(self._startup_warmup())
         if self.settings.control_plane_url:
             self.link = ControlLink(
-                url=self.settings.control_plane_url,
+                urls=self.settings.control_plane_urls,
                 token=self.settings.token,
                 hello=self.hello,
                 heartbeat=self.heartbeat,

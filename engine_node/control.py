@@ -5,6 +5,11 @@ Reconnects back off exponentially (x1.5 per attempt from 0.5 s, capped at 30 s) 
 after a long one their reconnects spread over up to 30 s instead of arriving as one stampede. The
 delay starts again from 0.5 s once a connection has held; a revoked token (close code 4401) keeps
 retrying at the cap until an admin issues a new one.
+
+With several URLs (processes of one control plane, each reachable on its own) the link starts on one picked at
+random, so a fleet spreads over them, and moves to the next one whenever a connection fails or drops: a process
+that died is left within the first delay (0.25-0.5 s) and the node says hello to a survivor, which reconciles it.
+The back-off grows only once every URL has failed in turn.
 """
 
 import asyncio
@@ -23,6 +28,8 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_FACTOR = 1.5
 BACKOFF_CAP_S = 30.0
 UNAUTHORIZED = 4401
+# A close handshake the other side never answers gives up after this long.
+WS_TIMEOUT = aiohttp.ClientWSTimeout(ws_close=10)
 
 
 def backoff_delay(attempt: int, rng: random.Random) -> float:
@@ -37,19 +44,22 @@ class ControlLink:
     def __init__(
         self,
         *,
-        url: str,
+        urls: list[str],
         token: str,
         hello: Callable[[], dict],
         heartbeat: Callable[[], dict],
         on_message: Callable[[dict], Awaitable[None]],
     ):
-        self.url = url
+        if not urls:
+            raise ValueError("urls: at least one control-plane URL")
+        self.urls = list(urls)
         self.token = token
         self._hello = hello
         self._heartbeat = heartbeat
         self._on_message = on_message
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._rng = random.Random()
+        self._index = self._rng.randrange(len(self.urls))
         self._handlers: set[asyncio.Task] = set()
         self.connected = asyncio.Event()
 
@@ -64,28 +74,40 @@ class ControlLink:
             if self._handlers:
                 await asyncio.gather(*self._handlers, return_exceptions=True)
 
+    @property
+    def url(self) -> str:
+        """The URL the link is on (connected) or tries next."""
+        return self.urls[self._index]
+
     async def _run(self) -> None:
-        attempt = 0
+        attempt = 0  # rounds in which every URL failed
+        failed = 0  # URLs that failed in the current round
         async with aiohttp.ClientSession() as session:
             while True:
-                code = None
+                url, code, held = self.url, None, False
                 try:
-                    code, held = await self._session(session)
-                    attempt = 0 if held else attempt + 1
+                    code, held = await self._session(session, url)
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                    log.warning("control plane unreachable: %s", exc)
-                    attempt += 1
+                    log.warning("control plane at %s unreachable: %s", url, exc)
                 self._ws = None
                 self.connected.clear()
                 metrics.CONNECTED.set(0)
+                if held:
+                    attempt, failed = 0, 0
+                else:
+                    failed += 1
+                # The next URL first: the process that failed or dropped this node may be gone.
+                self._index = (self._index + 1) % len(self.urls)
                 if code == UNAUTHORIZED:
                     log.error("control plane refused this node's token; ask an admin for a new one")
                     attempt = 100
+                elif failed >= len(self.urls):
+                    attempt, failed = attempt + 1, 0
                 await asyncio.sleep(backoff_delay(attempt, self._rng))
 
-    async def _session(self, session: aiohttp.ClientSession) -> tuple[int | None, bool]:
+    async def _session(self, session: aiohttp.ClientSession, url: str) -> tuple[int | None, bool]:
         headers = {"Authorization": f"Bearer {self.token}"}
-        async with session.ws_connect(self.url, headers=headers, heartbeat=20, timeout=10) as ws:
+        async with session.ws_connect(url, headers=headers, heartbeat=20, timeout=WS_TIMEOUT) as ws:
             welcome = await ws.receive(timeout=10)
             if welcome.type != aiohttp.WSMsgType.TEXT:
                 return ws.close_code, False
@@ -94,7 +116,7 @@ class ControlLink:
             await self.send(self._hello())
             self.connected.set()
             metrics.CONNECTED.set(1)
-            log.info("connected to the control plane")
+            log.info("connected to the control plane at %s", url)
             beats = asyncio.create_task(self._beat(interval))
             try:
                 async for message in ws:

@@ -45,6 +45,11 @@ class AgentSettings:
     engine_env: list[str] = field(default_factory=list)
     insecure_control_plane: bool = False
 
+    @property
+    def control_plane_urls(self) -> list[str]:
+        """`control_plane_url` as a list: one URL, or the processes of one control plane to fail over between."""
+        return split_urls(self.control_plane_url)
+
 
 def _env(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
@@ -76,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
         "--control-plane-url",
         default=_env("ENGINE_NODE_CONTROL_PLANE_URL"),
         help="WebSocket URL of the control plane's agent endpoint, e.g. wss://cp.example.com/ws/agent/ "
-        "(ws:// only to a loopback address unless --insecure-control-plane) [ENGINE_NODE_CONTROL_PLANE_URL]; "
+        "(ws:// only to a loopback address unless --insecure-control-plane), or several separated by commas "
+        "(processes of one control plane: the agent fails over between them) [ENGINE_NODE_CONTROL_PLANE_URL]; "
         "empty runs stand-alone on the last good config",
     )
     p.add_argument(
@@ -246,6 +252,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def split_urls(value: str) -> list[str]:
+    """The URLs of a comma-separated --control-plane-url, blanks dropped, each once, in order."""
+    urls: list[str] = []
+    for part in (value or "").split(","):
+        part = part.strip()
+        if part and part not in urls:
+            urls.append(part)
+    return urls
+
+
 def control_plane_url_problem(url: str, *, insecure: bool) -> str | None:
     """Why the agent refuses to connect to `url`, or None: wss:// always, ws:// only to loopback unless `insecure`."""
     if not url:
@@ -311,9 +327,12 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
             load_key_file(Path(args.client_keys_file))
         except KeyEntryInvalid as exc:
             parser().error(f"--client-keys-file: {exc}")
-    problem = control_plane_url_problem(args.control_plane_url, insecure=args.insecure_control_plane)
-    if problem:
-        parser().error(f"--control-plane-url: {problem}")
+    for url in split_urls(args.control_plane_url):
+        problem = control_plane_url_problem(url, insecure=args.insecure_control_plane)
+        if problem:
+            parser().error(f"--control-plane-url: {problem}")
+    if args.control_plane_url and not split_urls(args.control_plane_url):
+        parser().error(f"--control-plane-url: {args.control_plane_url!r} names no URL")
     try:
         for flag, value in (("--model", args.model), ("--served-model-name", args.served_model_name)):
             if value:

@@ -86,3 +86,16 @@ def test_an_agent_setting_cannot_be_passed_to_the_engine(capsys):
     with pytest.raises(SystemExit):
         from_args(["--backend", "simulator", "--engine-env", "ENGINE_NODE_TOKEN"])
     assert "ENGINE_NODE_TOKEN is the agent's own setting" in capsys.readouterr().err
+
+
+def test_several_control_plane_urls_are_each_checked(capsys):
+    """Processes of one control plane, comma-separated: each URL passes the same check as a single one."""
+    urls = " ws://127.0.0.1:8001/ws/agent/ , wss://cp-b.example.com/ws/agent/,ws://127.0.0.1:8001/ws/agent/"
+    settings = from_args(["--backend", "simulator", "--control-plane-url", urls])
+    assert settings.control_plane_urls == ["ws://127.0.0.1:8001/ws/agent/", "wss://cp-b.example.com/ws/agent/"]
+    with pytest.raises(SystemExit):
+        from_args(["--backend", "simulator", "--control-plane-url", "wss://a.example.com/ws/agent/,ws://10.0.0.2/"])
+    assert "--control-plane-url: ws:// to 10.0.0.2 would send the node token" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        from_args(["--backend", "simulator", "--control-plane-url", " , "])
+    assert "--control-plane-url: ' , ' names no URL" in capsys.readouterr().err

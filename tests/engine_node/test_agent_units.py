@@ -285,7 +285,7 @@ def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
                 raise
 
         link = ControlLink(
-            url=f"ws://127.0.0.1:{port}/ws/agent/", token="t", hello=lambda: {"type": "hello"},
+            urls=[f"ws://127.0.0.1:{port}/ws/agent/"], token="t", hello=lambda: {"type": "hello"},
             heartbeat=lambda: {"type": "heartbeat"}, on_message=on_message,
         )  # fmt: skip
         running = asyncio.create_task(link.run())
@@ -298,6 +298,57 @@ def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
         return settled
 
     assert asyncio.run(scenario()) == ["cancelled"]
+
+
+def test_the_control_link_fails_over_to_the_next_url_when_a_process_is_gone():
+    """Several control-plane URLs: whichever the link starts on, a dead one is left for the next within a second."""
+    from aiohttp import web
+
+    from engine_node.control import ControlLink
+    from tests.live_server import free_port
+
+    async def scenario():
+        hellos = []
+
+        async def agent_socket(request):
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.send_json({"type": "welcome", "heartbeat_s": 60})
+            hellos.append((await ws.receive()).json())
+            async for _ in ws:
+                pass
+            return ws
+
+        app = web.Application()
+        app.router.add_get("/ws/agent/", agent_socket)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        live = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/ws/agent/"
+        dead = f"ws://127.0.0.1:{free_port()}/ws/agent/"  # nothing listens there
+        results = []
+        for urls in ([dead, live], [live, dead]):
+            hellos.clear()
+
+            async def on_message(message):
+                pass
+
+            link = ControlLink(
+                urls=urls, token="t", hello=lambda: {"type": "hello"}, heartbeat=lambda: {"type": "heartbeat"},
+                on_message=on_message,
+            )  # fmt: skip
+            running = asyncio.create_task(link.run())
+            await asyncio.wait_for(link.connected.wait(), 5)
+            results.append((link.url, list(hellos)))
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+        await runner.cleanup()
+        return live, results
+
+    live, results = asyncio.run(scenario())
+    assert results == [(live, [{"type": "hello"}]), (live, [{"type": "hello"}])]
 
 
 def test_a_command_arriving_during_a_config_apply_says_so_and_a_cleanup_gives_its_lease_back(tmp_path):
