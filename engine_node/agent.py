@@ -176,6 +176,7 @@ class Agent(PushedDocuments, NodeOperations):
         if self.settings.control_plane_url:
             self.link = ControlLink(
                 urls=self.settings.control_plane_urls,
+                node_name=self.settings.node_name,
                 token=self.settings.token,
                 hello=self.hello,
                 heartbeat=self.heartbeat,

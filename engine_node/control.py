@@ -6,16 +6,18 @@ after a long one their reconnects spread over up to 30 s instead of arriving as 
 delay starts again from 0.5 s once a connection has held; a revoked token (close code 4401) keeps
 retrying at the cap until an admin issues a new one.
 
-With several URLs (processes of one control plane, each reachable on its own) the link starts on one picked at
-random, so a fleet spreads over them, and moves to the next one whenever a connection fails or drops: a process
-that died is left within the first delay (0.25-0.5 s) and the node says hello to a survivor, which reconciles it.
-The back-off grows only once every URL has failed in turn.
+With several URLs (processes of one control plane, each reachable on its own) the link starts on one picked by a
+hash of the node's name, so a fleet spreads over them and a node comes back to the same process, and moves to the
+next one whenever a connection fails or drops: a process that died is left within the first delay (0.25-0.5 s)
+and the node says hello to a survivor, which reconciles it. The back-off grows only once every URL has failed in
+turn.
 """
 
 import asyncio
 import json
 import logging
 import random
+import zlib
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -38,6 +40,11 @@ def backoff_delay(attempt: int, rng: random.Random) -> float:
     return rng.uniform(window / 2, window)
 
 
+def first_url_index(node_name: str, count: int) -> int:
+    """Which of `count` control-plane URLs a node tries first: stable per node, spread over a fleet."""
+    return zlib.crc32(node_name.encode()) % count
+
+
 class ControlLink:
     """Keeps the connection up and hands each message to the agent; `send` is safe from any task."""
 
@@ -49,6 +56,7 @@ class ControlLink:
         hello: Callable[[], dict],
         heartbeat: Callable[[], dict],
         on_message: Callable[[dict], Awaitable[None]],
+        node_name: str = "",
     ):
         if not urls:
             raise ValueError("urls: at least one control-plane URL")
@@ -59,7 +67,7 @@ class ControlLink:
         self._on_message = on_message
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._rng = random.Random()
-        self._index = self._rng.randrange(len(self.urls))
+        self._index = first_url_index(node_name, len(self.urls))
         self._handlers: set[asyncio.Task] = set()
         self.connected = asyncio.Event()
 

@@ -19,6 +19,24 @@ def fast_password_hashing(request, settings):
         settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def fresh_shared_samples():
+    """Every test starts without the nodes' latest samples an earlier test's processes shared through Redis (their
+    entries would count in a same-named pool's figures for a few seconds)."""
+    from django.conf import settings
+
+    if settings.REDIS_URL:
+        import redis
+
+        from controlplane.metrics.shared_latest import shared_key
+
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        try:
+            client.delete(shared_key())
+        finally:
+            client.close()
+
+
 @pytest.fixture
 def seed_yaml() -> str:
     return SEED_YAML_PATH.read_text(encoding="utf-8")

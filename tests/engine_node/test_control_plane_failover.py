@@ -1,6 +1,8 @@
 """Two control-plane processes (daphne) on one Postgres and one Redis, agents given both URLs.
 
-The agents spread over the two processes; SIGKILL one under traffic: no user request fails (the gateway does not go
+The agents spread over the two processes (by a hash of their names: gpu-1..3 start on the first URL, gpu-4 on the
+second) and each process's pool figures cover all four nodes (the latest samples are shared through Redis). SIGKILL
+one under traffic: no user request fails (the gateway does not go
 through the control plane), every node it held says hello to the survivor within 10 s and is reconciled there, and a
 publish made after the kill reaches every node through the survivor (its ACKs stored, none lost).
 """
@@ -8,7 +10,9 @@ publish made after the kill reaches every node through the survivor (its ACKs st
 import re
 
 import pytest
+from django.utils import timezone
 
+from controlplane.metrics.models import MetricSample
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
@@ -36,6 +40,12 @@ def nodes_on(version) -> list[str]:
     return sorted(
         EngineNode.objects.filter(applied_hash=version.content_hash, is_connected=True).values_list("name", flat=True)
     )
+
+
+def pool_rows_cover(nodes: int, since) -> bool:
+    """A pool row stored after `since` counts `nodes` nodes (whichever process wrote it)."""
+    rows = MetricSample.objects.filter(scope="pool", name="staging", resolution_s=1, t__gte=since)
+    return any(row.values.get("nodes") == nodes for row in rows)
 
 
 def explain(agents) -> str:
@@ -90,12 +100,13 @@ def test_killing_one_process_loses_no_request_and_its_nodes_reconcile_on_the_sur
         pool_publish(actor=sre, pool=pool, version=v1, reason="first")
         wait_until(lambda: len(nodes_on(v1)) == NODES, 30, "every node to ACK v1", explain=lambda: explain(agents))
 
-        # The agents picked their first URL at random; make sure the victim holds at least one node.
         held = {server.ws_agent_url: [a.name for a in agents if on_url(a) == server.ws_agent_url] for server in servers}
-        victim = max(servers, key=lambda server: len(held[server.ws_agent_url]))
-        survivor = next(server for server in servers if server is not victim)
+        assert [len(names) for names in held.values()] == [3, 1], held
+        # Each process receives the samples of its own agents only, yet the pool's figures cover all four nodes.
+        since = timezone.now()
+        wait_until(lambda: pool_rows_cover(NODES, since), 10, "a pool row covering the nodes of both processes")
+        victim, survivor = servers
         moved = held[victim.ws_agent_url]
-        assert moved, held
         victim.process.kill()  # SIGKILL: no disconnect handler runs, nothing is said to anyone
         victim.process.wait()
         victim.process = None
@@ -113,6 +124,9 @@ def test_killing_one_process_loses_no_request_and_its_nodes_reconcile_on_the_sur
             "every node to be connected",
             explain=lambda: explain(agents),
         )
+
+        since = timezone.now()
+        wait_until(lambda: pool_rows_cover(NODES, since), 10, "the survivor's pool rows to cover every node")
 
         # A publish after the kill reaches every node through the survivor; every ACK is stored.
         pool_publish(actor=sre, pool=Pool.objects.get(pk=pool.pk), version=v2, reason="after the failover")

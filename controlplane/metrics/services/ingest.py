@@ -16,8 +16,10 @@ quiet spell at once, so a lone node's figures do not wait out the interval) the 
 Events go out before the rows are written, and a single writer task stores the queue in the background, so neither a
 slow database nor a slow browser delays the next flush. A write that fails (a database locked past its busy timeout)
 puts its rows back at the head of the queue and the writer tries again after a pause, recorded in the loops' health
-record; only a queue past `MAX_QUEUED_ROWS` loses rows, and counts them. Aggregates assume one ASGI process
-terminates the agents' connections (as `make run` starts); with several, each would aggregate only its own agents.
+record; only a queue past `MAX_QUEUED_ROWS` loses rows, and counts them. With Redis, step 3 runs over every
+process's nodes: each flush shares this process's newest samples and reads the others' in one round trip
+(`controlplane/metrics/shared_latest.py`), so several ASGI processes each holding some agents compute the same
+complete pool and fleet figures; if Redis fails for a flush, that flush aggregates this process's nodes alone.
 """
 
 import asyncio
@@ -28,12 +30,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from channels.db import DatabaseSyncToAsync
+from django.conf import settings
 
 from controlplane.lib import loop_health
 from controlplane.metrics import realtime
 from controlplane.metrics.aggregation import aggregate
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import SampleRejected, sample_parse
+from controlplane.metrics.shared_latest import SharedLatest
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ class SampleIngestor:
         self._writer: asyncio.Task | None = None
         self._last_flush_at = -flush_interval_s
         self._write_failures = 0
+        self.shared = SharedLatest(settings.REDIS_URL) if settings.REDIS_URL else None
         loop_health.loop_register(FLUSH_LOOP, description="agents' 1 Hz samples: aggregates and live charts")
         loop_health.loop_register(WRITE_LOOP, description="agents' samples and aggregates written in batches")
 
@@ -133,31 +138,36 @@ class SampleIngestor:
                 latest.received_at = now
         for node in [n for n, latest in self.latest.items() if now - latest.received_at > self.max_age_s]:
             del self.latest[node]
-        events = self._aggregates(newest, second) if newest else []
+        view = {node: (latest.pool, latest.t, latest.m) for node, latest in self.latest.items()}
+        if self.shared is not None and newest:
+            try:
+                view = await self.shared.exchange(newest, max_age_s=self.max_age_s)
+            except Exception:  # Redis away for a moment: this flush covers this process's nodes alone
+                counters["shared_exchange_failed"] += 1
+                log.warning("metrics: sharing samples with the other processes failed", exc_info=True)
+            view.update(newest)  # this process's newest figures, whatever the others wrote meanwhile
+        events = self._aggregates(newest, view, second) if newest else []
         self._trim_queue()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write())
         await realtime.metrics_samples_send(events)
 
-    def _aggregates(self, newest: dict[str, tuple[str, float, dict]], second: datetime) -> list:
-        """Events for the fleet, the pools with a new sample and those nodes; queues the aggregate rows."""
+    def _aggregates(self, newest: dict[str, tuple[str, float, dict]], view: dict, second: datetime) -> list:
+        """Events for the fleet, the pools with a new sample and those nodes; queues the aggregate rows. `view`: every
+        node's latest (pool, t, m) the aggregates cover."""
         events = []
-        fleet_t, fleet_values = self._aggregate(None)
+        fleet_t, fleet_values = _aggregate(view, None)
         events.append(
             realtime.metrics_sample(scope="fleet", name=MetricSample.FLEET_NAME, t=fleet_t, values=fleet_values)
         )
         self._queue_aggregate(MetricSample.Scope.FLEET, MetricSample.FLEET_NAME, "", second, fleet_values)
         for pool in sorted({pool for pool, _, _ in newest.values()}):
-            pool_t, pool_values = self._aggregate(pool)
+            pool_t, pool_values = _aggregate(view, pool)
             events.append(realtime.metrics_sample(scope="pool", name=pool, t=pool_t, values=pool_values))
             self._queue_aggregate(MetricSample.Scope.POOL, pool, pool, second, pool_values)
         for node, (_, t, m) in newest.items():
             events.append(realtime.metrics_sample(scope="node", name=node, t=t, values=m))
         return events
-
-    def _aggregate(self, pool: str | None) -> tuple[float, dict]:
-        included = [latest for latest in self.latest.values() if pool is None or latest.pool == pool]
-        return max(latest.t for latest in included), aggregate([latest.m for latest in included])
 
     def _queue_aggregate(self, scope: str, name: str, pool: str, second: datetime, values: dict) -> None:
         row = MetricSample(scope=scope, name=name, pool=pool, t=second, resolution_s=1, values=values)
@@ -209,6 +219,12 @@ def metric_samples_store(*, node_rows: list[MetricSample], aggregate_rows: list[
             unique_fields=["scope", "name", "resolution_s", "t"],
             update_fields=["values", "pool"],
         )
+
+
+def _aggregate(view: dict[str, tuple[str, float, dict]], pool: str | None) -> tuple[float, dict]:
+    """The fleet's (pool None) or one pool's figures over the nodes' latest samples in `view`, and the newest t."""
+    included = [(t, m) for node_pool, t, m in view.values() if pool is None or node_pool == pool]
+    return max(t for t, _ in included), aggregate([m for _, m in included])
 
 
 def _datetime(t: float) -> datetime:
