@@ -8,7 +8,6 @@ import asyncio
 import time
 from datetime import timedelta
 
-from aiohttp import web
 from django.test import Client
 
 from controlplane.alerts.evaluation import evaluate
@@ -17,9 +16,8 @@ from controlplane.metrics import selectors as metrics
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import sample_parse
 from engine_node.admission import Admission
-from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
+from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry, memory
 from engine_node.telemetry import gpu as gpu_figures
-from engine_node.telemetry import memory
 from tests.engine_node.test_gpu_figures import DCGM_TEXT, _exporter
 
 

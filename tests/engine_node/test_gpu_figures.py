@@ -7,9 +7,8 @@ import asyncio
 from aiohttp import web
 
 from engine_node.admission import Admission
-from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
+from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry, memory
 from engine_node.telemetry import gpu as gpu_figures
-from engine_node.telemetry import memory
 
 DCGM_TEXT = """# HELP DCGM_FI_PROF_SM_ACTIVE Ratio of cycles an SM has at least 1 warp assigned.
 # TYPE DCGM_FI_PROF_SM_ACTIVE gauge
