@@ -117,7 +117,7 @@ class Telemetry:
             "degraded": 1 if self._degraded() else 0,
             "engine_restarts": int(self._engine_restarts()),
         }
-        m["absent"] = {key: reason or "no reading" for key, reason in reasons.items() if m[key] is None}
+        m["absent"] = {key: reasons[key] or "no reading" for key in SOURCED_FIGURES if m[key] is None}
         return {"type": "sample", "t": self._wall(), "window_s": WINDOW_S, "m": {key: m[key] for key in SAMPLE_KEYS}}
 
     async def close(self) -> None:

@@ -10,11 +10,13 @@ from datetime import timedelta
 
 from django.test import Client
 
+from controlplane.alerts import coverage
 from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import Alert
 from controlplane.metrics import selectors as metrics
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import sample_parse
+from engine_node import telemetry
 from engine_node.admission import Admission
 from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry, memory
 from engine_node.telemetry import gpu as gpu_figures
@@ -107,6 +109,11 @@ def test_a_firing_alert_is_not_resolved_when_its_source_goes(fleet, clock):
     evaluate(now=clock.now)
     alert.refresh_from_db()
     assert alert.state == "resolved"  # a measured healthy value resolves it
+
+
+def test_the_control_plane_and_the_agent_agree_on_the_sourced_figures():
+    # engine_node never imports the control plane (nor the reverse): the two lists are kept in step by this test.
+    assert frozenset(telemetry.SOURCED_FIGURES) == coverage.SOURCED_FIGURES
 
 
 def test_a_null_without_a_reason_is_no_source_too(fleet, clock):
