@@ -39,7 +39,7 @@ from engine_node.policy.rules import DEFAULT_STRICT_PATTERNS, Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings, gateway_url
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
-from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, Telemetry
+from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
 from engine_node.tokenizer_files import TokenizerMismatch, check_draft_tokenizer
 from engine_node.warmup import WarmupRunner
 
@@ -110,6 +110,9 @@ class Agent(PushedDocuments, NodeOperations):
             admission=self.admission,
             scraper=EngineScraper(lambda: self.engine.base_url, window_s=WINDOW_S),
             gpu=GpuUtilisation() if self.gpus else None,
+            sm=SmActivity(settings.dcgm_exporter_url, has_gpu=bool(self.gpus)),
+            # The simulator exports its fragmentation on /metrics; on vLLM it is the worker extension's reading.
+            fragmentation=(lambda: self.memory_cleanup.fragmentation_figure()) if settings.backend == "vllm" else None,
             degraded=lambda: self.gateway.policy.degraded,
             engine_restarts=lambda: self.restarts + self.engine.crash_restarts,
         )
@@ -170,6 +173,7 @@ class Agent(PushedDocuments, NodeOperations):
         if self.telemetry.gpu is not None:
             self.telemetry.gpu.start()
             metrics.watch_gpu(self.telemetry.gpu.value)
+        self.telemetry.sm.start()
         self._spawn(self._sample_forever())
         self._spawn(self._cleanup_watch())
         self._spawn(self._startup_warmup())

@@ -31,6 +31,7 @@ from engine_node.fragmentation import (
     collective_rpc,
     read_fragmentation,
 )
+from engine_node.telemetry.memory import fragmentation_figure
 
 log = logging.getLogger("engine_node.cleanup")
 
@@ -83,6 +84,7 @@ class MemoryCleanup:
         self.admission = admission
         self.drain_timeout_s = drain_timeout_s
         self.last_reading: dict | None = None
+        self.last_read_at: float | None = None  # monotonic; the sample shows last_reading while it is fresh
         self.last_result: dict | None = None
         self._last_finished = time.monotonic()
         self._requested_at: float | None = None
@@ -101,7 +103,12 @@ class MemoryCleanup:
     async def read(self, timeout_s: float = RPC_TIMEOUT_S) -> dict | None:
         """The engine's memory figures now (also kept as last_reading)."""
         self.last_reading = await read_fragmentation(self._http(), self.engine_url(), self.backend, timeout_s)
+        self.last_read_at = time.monotonic()
         return self.last_reading
+
+    def fragmentation_figure(self) -> tuple[float | None, str | None]:
+        """The sample's fragmentation from the last reading while it is fresh, else None and why."""
+        return fragmentation_figure(self.last_reading, self.last_read_at, time.monotonic())
 
     def due(self, params: dict, reading: dict | None, now: float | None = None) -> str | None:
         """The trigger ("threshold" or "timer") of an automatic cleanup due now, else None."""

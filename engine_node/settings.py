@@ -44,6 +44,7 @@ class AgentSettings:
     allow_trust_remote_code: bool = False
     engine_env: list[str] = field(default_factory=list)
     insecure_control_plane: bool = False
+    dcgm_exporter_url: str = ""
 
     @property
     def control_plane_urls(self) -> list[str]:
@@ -249,6 +250,13 @@ def parser() -> argparse.ArgumentParser:
         "control plane; what a stand-alone node serves with. Make one with `python -m engine_node.client_keys new`. "
         "Without either, every /v1 request gets 401 [ENGINE_NODE_CLIENT_KEYS_FILE]",
     )
+    p.add_argument(
+        "--dcgm-exporter-url",
+        default=_env("ENGINE_NODE_DCGM_EXPORTER_URL"),
+        help="metrics URL of a DCGM exporter on this host, e.g. http://127.0.0.1:9400/metrics: the sample's SM "
+        "activity is its DCGM_FI_PROF_SM_ACTIVE; empty leaves SM activity null with the reason "
+        "[ENGINE_NODE_DCGM_EXPORTER_URL]",
+    )
     return p
 
 
@@ -347,6 +355,11 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
             f"--advertise-url (or ENGINE_NODE_ADVERTISE_URL): expected http(s)://host[:port][/path], "
             f"got {args.advertise_url!r}"
         )
+    if args.dcgm_exporter_url and not valid_advertise_url(args.dcgm_exporter_url):
+        parser().error(
+            f"--dcgm-exporter-url (or ENGINE_NODE_DCGM_EXPORTER_URL): expected http(s)://host[:port][/path], "
+            f"got {args.dcgm_exporter_url!r}"
+        )
     return AgentSettings(
         control_plane_url=args.control_plane_url,
         token=args.token,
@@ -375,4 +388,5 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         allow_trust_remote_code=args.allow_trust_remote_code,
         engine_env=list(args.engine_env or []),
         insecure_control_plane=args.insecure_control_plane,
+        dcgm_exporter_url=args.dcgm_exporter_url,
     )

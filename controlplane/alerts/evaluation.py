@@ -11,7 +11,10 @@ Per alert (fingerprint = rule + scope + entity name):
   recorded as events;
 - a value back on the right side of the line (or null in a fresh sample: nothing to measure, e.g. no requests)
   *resolves* it; a pending alert that never fired is closed quietly;
-- no fresh sample at all is *unknown*, not OK: the alert keeps its state and is marked stale.
+- no fresh sample at all is *unknown*, not OK: the alert keeps its state and is marked stale;
+- a null figure the node has no source for (fragmentation on the vLLM CPU build, SM activity without DCGM, see
+  coverage.py) is *no source*, not OK either: it resolves nothing and opens nothing; an open alert keeps its state
+  and is marked stale, and the pages list the node's uncovered rules.
 
 Firing alerts of one rule in one pool form one incident (`AlertGroup`): one page, however many nodes. The
 webhook hears of an incident when it fires, escalates or resolves, counting only alerts no silence matches.
@@ -30,6 +33,7 @@ from django.utils import timezone
 
 from controlplane.alerts import realtime as alerts_realtime
 from controlplane.alerts import selectors, signals
+from controlplane.alerts.coverage import NoSource, no_source
 from controlplane.alerts.models import (
     SEVERITY_RANK,
     Alert,
@@ -72,6 +76,7 @@ class PassReport:
     alerts_written: int = 0
     events: int = 0
     notifications: int = 0
+    no_source: int = 0  # entities whose rule had no source for its figure
     queries: int = 0
     duration_ms: float = 0.0
     claimed: bool = True
@@ -195,7 +200,8 @@ class _Pass:
         return self.report
 
     def entities(self, version: AlertRuleVersion):
-        """(name, pool, value) for every entity of the rule's scope; value may be None (not holding) or UNKNOWN."""
+        """(name, pool, value) for every entity of the rule's scope; value may be None (not holding), UNKNOWN or
+        NoSource."""
         metric, scope = version.metric, version.scope
         signal = signals.SIGNALS.get(metric)
         if signal is None:
@@ -210,7 +216,10 @@ class _Pass:
                 names = [("fleet", "")]
             for name, pool in names:
                 values = latest.get(name)
-                yield name, pool, UNKNOWN if values is None else _number(values.get(metric))
+                if values is None:
+                    yield name, pool, UNKNOWN
+                else:
+                    yield name, pool, no_source(values, metric, scope) or _number(values.get(metric))
             return
         if metric == signals.NODE_LOST.name:
             for node in self.nodes():
@@ -281,7 +290,9 @@ class _Pass:
         fp = fingerprint(rule.name, version.scope, name)
         self.visited.add(fp)
         alert = self.open.get(fp)
-        if value is UNKNOWN:
+        if isinstance(value, NoSource):
+            self.report.no_source += 1
+        if value is UNKNOWN or isinstance(value, NoSource):
             if alert is not None and not alert.is_stale:
                 alert.is_stale, alert.stale_since = True, self.now
                 self.mark(alert)

@@ -21,14 +21,15 @@ Null figures are left out of every rule; a figure that is null on every node sta
 Minute rows (`roll_up`) cover the 1 s rows of one entity in one minute: every number is the mean over the rows that
 have it (so a minute's `qps` is its average rate and its `latency_p99_s` the mean of the per-second p99s), except
 `engine_restarts`, a counter since the agent started, which keeps its largest value; count maps are summed bucket by
-bucket. Each 1 s row's counts cover the sample window (10 s), so summed buckets count a request about `window_s`
-times: read them as shares (the dashboard does), or divide by `samples`, the number of 1 s rows in the minute.
+bucket; `absent` (why figures are null) is the last row's. Each 1 s row's counts cover the sample window (10 s), so
+summed buckets count a request about `window_s` times: read them as shares (the dashboard does), or divide by
+`samples`, the number of 1 s rows in the minute.
 """
 
 import math
 from collections.abc import Iterable
 
-from controlplane.metrics.samples import COUNT_MAPS
+from controlplane.metrics.samples import ABSENT, COUNT_MAPS
 
 SUMMED = ("qps", "requests_running", "requests_waiting")
 SUMMED_COUNTS = ("queue_depth_short", "queue_depth_long", "engine_restarts", "degraded")
@@ -76,7 +77,9 @@ def roll_up(rows: list[dict]) -> dict:
         keys.extend(k for k in row if k not in values and k not in keys)
     for key in keys:
         present = [row[key] for row in rows if row.get(key) is not None]
-        if key in COUNT_MAPS:
+        if key == ABSENT:
+            values[key] = rows[-1].get(ABSENT) or {}  # the reasons as of the minute's last sample
+        elif key in COUNT_MAPS:
             values[key] = _sum_maps(present)
         elif not present or not all(_is_number(v) for v in present):
             values[key] = None

@@ -2,9 +2,11 @@
 
 A sample that breaks a rule is dropped as a whole (never half-stored): `sample_parse` raises `SampleRejected` with a
 short reason, which the ingestor counts and logs. Rules: the message has exactly `type`, `t`, `window_s` and `m`;
-`m` has exactly the keys below; numbers are finite and not negative (a bool is not a number); nullable figures may
-be null; counts are integers; histogram and count maps hold known buckets (free labels for intents) with integer
-counts; `t` is within `MAX_CLOCK_SKEW_S` of the control plane's clock.
+`m` has exactly the keys below, plus `absent` (which an older agent leaves out); numbers are finite and not
+negative (a bool is not a number); nullable figures may be null; counts are integers; histogram and count maps
+hold known buckets (free labels for intents) with integer counts; `absent` maps null figures to why the node has
+no value for them (a short printable text each; `{}` when left out); `t` is within `MAX_CLOCK_SKEW_S` of the
+control plane's clock.
 """
 
 import math
@@ -40,6 +42,9 @@ TIERS = ("strict", "normal", "creative")
 COUNT_MAPS = ("batch_size_hist", "length_hist", "intents", "tiers")
 SAMPLE_KEYS = frozenset((*NULLABLE_FIGURES, *FIGURES, *COUNTS, *FLAGS, *COUNT_MAPS))
 MESSAGE_KEYS = frozenset({"type", "t", "window_s", "m"})
+# Why a figure is null on this node: {figure: reason}. Not a figure itself (never charted or aggregated).
+ABSENT = "absent"
+MAX_REASON_CHARS = 300
 
 # Each 1 s sample's request figures (latency percentiles, error rate, acceptance) cover the requests that finished in
 # the agent's last `window_s` seconds (engine_node.telemetry.WINDOW_S): for this long after a node changes version its
@@ -118,8 +123,9 @@ def sample_parse(message, *, now: float) -> tuple[float, dict]:
     m = message["m"]
     if not isinstance(m, dict):
         raise SampleRejected(f"m: expected an object, got {type(m).__name__}")
-    if set(m) != SAMPLE_KEYS:
-        raise SampleRejected(_key_difference("m", set(m), SAMPLE_KEYS))
+    m.setdefault(ABSENT, {})
+    if set(m) - {ABSENT} != SAMPLE_KEYS:
+        raise SampleRejected(_key_difference("m", set(m) - {ABSENT}, SAMPLE_KEYS))
     for key in FIGURES:
         _number(key, m[key], nullable=False)
     for key in NULLABLE_FIGURES:
@@ -132,7 +138,21 @@ def sample_parse(message, *, now: float) -> tuple[float, dict]:
         m[key] = int(m[key])
     for key in COUNT_MAPS:
         _count_map(key, m[key], _MAP_KEYS[key])
+    _absent(m)
     return float(t), m
+
+
+def _absent(m: dict) -> None:
+    absent = m[ABSENT]
+    if not isinstance(absent, dict):
+        raise SampleRejected(f"{ABSENT}: expected an object, got {type(absent).__name__}")
+    for key, reason in absent.items():
+        if key not in NULLABLE_FIGURES:
+            raise SampleRejected(f"{ABSENT}: {str(key)[:40]!r} is not a figure that may be null")
+        if m[key] is not None:
+            raise SampleRejected(f"{ABSENT}.{key}: the figure has a value, so it cannot be absent")
+        if not isinstance(reason, str) or not reason or not reason.isprintable() or len(reason) > MAX_REASON_CHARS:
+            raise SampleRejected(f"{ABSENT}.{key}: expected a printable text of 1 to {MAX_REASON_CHARS} characters")
 
 
 def _key_difference(where: str, got: set, wanted: frozenset) -> str:

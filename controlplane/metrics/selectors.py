@@ -11,7 +11,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from controlplane.metrics.models import MetricSample
-from controlplane.metrics.samples import MAX_CLOCK_SKEW_S
+from controlplane.metrics.samples import ABSENT, MAX_CLOCK_SKEW_S
 from controlplane.nodes.models import EngineNode
 
 # Ranges up to this long are read from 1 s rows (while those are kept), longer ones from 60 s rows; a browser's
@@ -40,6 +40,25 @@ def latest_values(*, scope: str, max_age_s: float, now: datetime | None = None) 
         if name not in newest or t > newest[name][0]:
             newest[name] = (t, values)
     return {name: values for name, (_, values) in newest.items()}
+
+
+def node_absent_figures(*, name: str, max_age_s: float, now: datetime | None = None) -> dict[str, str]:
+    """figure -> why it is null, from the node's newest 1 s row (at most max_age_s old); {} when none is."""
+    now = now or timezone.now()
+    values = (
+        MetricSample.objects.filter(
+            scope=MetricSample.Scope.NODE,
+            name=name,
+            resolution_s=MetricSample.Resolution.SECOND,
+            t__gte=now - timedelta(seconds=max_age_s),
+            t__lte=now + CLOCK_SKEW,
+        )
+        .order_by("-t")
+        .values_list("values", flat=True)
+        .first()
+    )
+    absent = (values or {}).get(ABSENT)
+    return {str(k): str(v) for k, v in absent.items()} if isinstance(absent, dict) else {}
 
 
 def last_sample_at(*, now: datetime | None = None) -> dict[str, datetime]:

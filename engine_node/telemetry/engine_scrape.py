@@ -1,4 +1,4 @@
-"""What the sample reads from the engine's /metrics (vLLM 0.32 or the simulator) and from nvidia-smi.
+"""What the sample reads from the engine's /metrics (vLLM 0.32 or the simulator).
 
 The engine's exposition is fetched once per sample from 127.0.0.1 with a short timeout. Only the lines of the
 families the sample uses are handed to prometheus_client's parser (vLLM's full exposition is ~600 lines; parsing
@@ -7,19 +7,13 @@ over the sample window (vllm:spec_decode_num_accepted_tokens_total / vllm:spec_d
 definition in vllm/v1/spec_decode/metrics.py); a counter that goes down (engine restarted) starts the window anew.
 A failed scrape leaves every engine figure None.
 
-GPU utilisation is `utilization.gpu` from one long-running `nvidia-smi --query-gpu=... -l 1` (no process spawn per
-sample), averaged over the host's GPUs. SM utilisation stays None: utilization.gpu is the share of time any kernel
-ran, not SM occupancy, and the honest source (DCGM's profiling counters) is not something the agent can count on.
+The simulator's `sim:memory_fragmentation_ratio` is its (simulated) fragmentation; vLLM exports no such series, so
+on vLLM the figure comes from the worker extension instead (telemetry/memory.py). GPU figures: telemetry/gpu.py.
 """
 
-import asyncio
 import collections
-import contextlib
 import logging
 import math
-import os
-import shutil
-import signal
 import time
 
 import aiohttp
@@ -38,8 +32,6 @@ FAMILIES = (RUNNING, WAITING, KV_USAGE, FRAGMENTATION, "vllm:spec_decode_num_dra
             "vllm:spec_decode_num_accepted_tokens")  # fmt: skip
 _PREFIXES = tuple(prefix + name for name in FAMILIES for prefix in ("", "# HELP ", "# TYPE "))
 SCRAPE_TIMEOUT_S = 0.8
-GPU_STALE_S = 5.0
-GPU_RESTART_S = 10.0
 
 
 def wanted_lines(text: str) -> str:
@@ -143,70 +135,3 @@ class EngineScraper:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-
-
-def parse_utilisation(line: str) -> tuple[int, float] | None:
-    """`index, utilization.gpu` as nvidia-smi prints it with nounits; None for "[N/A]" or a malformed line."""
-    fields = [field.strip() for field in line.split(",")]
-    if len(fields) != 2:
-        return None
-    try:
-        return int(fields[0]), float(fields[1]) / 100.0
-    except ValueError:
-        return None
-
-
-class GpuUtilisation:
-    """The mean utilization.gpu over the host's GPUs, read from a long-running nvidia-smi (restarted if it dies)."""
-
-    def __init__(self, *, clock=time.monotonic):
-        self._clock = clock
-        self._latest: dict[int, tuple[float, float]] = {}
-        self._task: asyncio.Task | None = None
-        self._process: asyncio.subprocess.Process | None = None
-
-    def start(self) -> None:
-        if self._task is None and shutil.which("nvidia-smi"):
-            self._task = asyncio.create_task(self._run())
-
-    def value(self) -> float | None:
-        horizon = self._clock() - GPU_STALE_S
-        fresh = [util for at, util in self._latest.values() if at >= horizon]
-        return math.fsum(fresh) / len(fresh) if fresh else None
-
-    def feed(self, line: str) -> None:
-        parsed = parse_utilisation(line)
-        if parsed is not None:
-            self._latest[parsed[0]] = (self._clock(), parsed[1])
-
-    async def _run(self) -> None:
-        query = ["--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits", "-l", "1"]
-        while True:
-            try:
-                self._process = await asyncio.create_subprocess_exec(
-                    "nvidia-smi",
-                    *query,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.DEVNULL,
-                    start_new_session=True,  # its own process group, killed whole on close
-                )
-                assert self._process.stdout is not None
-                async for raw in self._process.stdout:
-                    self.feed(raw.decode("ascii", "replace"))
-                await self._process.wait()
-                log.warning(
-                    "nvidia-smi exited with %s; restarting it in %.0fs", self._process.returncode, GPU_RESTART_S
-                )
-            except OSError as exc:
-                log.warning("nvidia-smi failed to start: %s", exc)
-            await asyncio.sleep(GPU_RESTART_S)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._process is not None and self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, signal.SIGKILL)
-            await self._process.wait()

@@ -103,21 +103,38 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         server.stop()
 
 
+STRICT_PROMPTS = (
+    "我付了¥299.00怎么还显示未支付",
+    "我付了¥19.90怎么还没发货",
+    "订单金额¥88.00为什么扣了两次",
+    "我付了¥45.50但是订单取消了",
+    "退款¥120.00什么时候到账",
+)
+
+
 def check_openai_client(agent) -> None:
     """The official client, plain and streaming, through the gateway's policy to real vLLM."""
     client = agent.openai_client(timeout_s=120)
-    raw = client.chat.completions.with_raw_response.create(
-        model=SERVED_MODEL_NAME, messages=[{"role": "user", "content": "我付了¥299.00怎么还显示未支付"}], max_tokens=64
-    )
-    assert (raw.headers["X-Policy-Tier"], raw.headers["X-Policy-Max-Tokens"]) == ("strict", "16")
-    reply = raw.parse()
-    rounds = int(raw.headers["X-Continuation-Rounds"])
-    # vLLM continued its own partial reply (continue_final_message) when the cap cut it mid-sentence.
-    assert reply.usage.completion_tokens <= 16 * (1 + rounds)
-    if reply.choices[0].finish_reason == "length" and rounds == 0:
-        assert (
-            not reply.choices[0].message.content.strip() or reply.choices[0].message.content.rstrip()[-1] in ".!?。！？"
+    # vLLM continues its own partial reply (continue_final_message) when the 16-token cap cuts it mid-sentence. A
+    # cut may land on a full stop (then, rightly, nothing is continued), so a few prompts: one must be continued.
+    rounds = 0
+    for prompt in STRICT_PROMPTS:
+        raw = client.chat.completions.with_raw_response.create(
+            model=SERVED_MODEL_NAME,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=64,
+            extra_body={"ignore_eos": True},  # every round runs to the cap: "length", never an early stop
         )
+        assert (raw.headers["X-Policy-Tier"], raw.headers["X-Policy-Max-Tokens"]) == ("strict", "16")
+        reply = raw.parse()
+        rounds = int(raw.headers["X-Continuation-Rounds"])
+        if rounds >= 1:
+            break
+        content = reply.choices[0].message.content
+        assert not content.strip() or content.rstrip()[-1] in ".!?。！？" or content.endswith("\n\n"), content
+    assert rounds >= 1, "no reply cut mid-sentence was continued"
+    # The continuation's tokens are the reply's: more than one round's cap, at most one cap per round.
+    assert 16 < reply.usage.completion_tokens <= 16 * (1 + rounds)
     chunks = list(
         client.chat.completions.create(
             model=SERVED_MODEL_NAME,

@@ -26,10 +26,11 @@ from engine_node.telemetry import (
     EngineScraper,
     GpuUtilisation,
     RequestLog,
+    SmActivity,
     Telemetry,
     parse_engine_metrics,
 )
-from engine_node.telemetry.engine_scrape import parse_utilisation
+from engine_node.telemetry.gpu import parse_utilisation
 from engine_node.telemetry.requests import percentile
 from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until
 from tests.engine_node.simulator.conftest import Simulator, chat_body
@@ -313,17 +314,24 @@ def test_build_sample_has_every_key_even_with_nothing_known():
         admission=Admission(5),
         scraper=EngineScraper(lambda: "http://127.0.0.1:9", clock=clock),
         gpu=None,
+        sm=SmActivity(has_gpu=False),
+        fragmentation=None,
         degraded=lambda: False,
         engine_restarts=lambda: 0,
         wall=lambda: 1_700_000_000.5,
     )
     sample = telemetry.build_sample()
     assert sample["type"] == "sample" and sample["t"] == 1_700_000_000.5 and sample["window_s"] == 10
-    assert tuple(sample["m"]) == SAMPLE_KEYS and len(SAMPLE_KEYS) == 28
+    assert tuple(sample["m"]) == SAMPLE_KEYS and len(SAMPLE_KEYS) == 29
     m = sample["m"]
     assert m["qps"] == 0 and m["queue_depth_short"] == 0 and m["degraded"] == 0 and m["engine_restarts"] == 0
     assert m["gpu_util"] is None and m["sm_util"] is None and m["kv_cache_usage"] is None
     assert m["batch_efficiency"] is None and m["batch_size_hist"] == {}
+    assert m["absent"] == {
+        "fragmentation_ratio": "the engine's /metrics did not answer",
+        "gpu_util": "no NVIDIA GPU on this host",
+        "sm_util": "no NVIDIA GPU on this host",
+    }
     json.dumps(sample, allow_nan=False)  # a sample is always valid JSON: no NaN
 
 
@@ -398,9 +406,10 @@ def test_a_standalone_agent_samples_what_it_served(tmp_path_factory):
     assert 0 < m["spec_acceptance_rate"] < 1 and m["spec_rejection_rate"] == pytest.approx(
         1 - m["spec_acceptance_rate"]
     )
-    assert m["sm_util"] is None
+    assert m["sm_util"] is None and m["absent"]["sm_util"]
+    assert "fragmentation_ratio" not in m["absent"]  # the simulator's own (simulated) series
     if not gpu_inventory():
-        assert m["gpu_util"] is None
+        assert m["gpu_util"] is None and m["absent"]["gpu_util"] == "no NVIDIA GPU on this host"
     assert m["degraded"] == 0 and m["engine_restarts"] == 0
 
     text = metrics_text.decode()

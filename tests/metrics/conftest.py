@@ -36,8 +36,11 @@ def sample_m(**figures) -> dict:
         "tiers": {"strict": 4, "normal": 8, "creative": 0},
         "degraded": 0,
         "engine_restarts": 0,
+        "absent": {"gpu_util": "no NVIDIA GPU on this host", "sm_util": "no NVIDIA GPU on this host"},
     }
     m.update(figures)
+    if "absent" not in figures:  # a figure given a value is not absent
+        m["absent"] = {key: why for key, why in m["absent"].items() if m[key] is None}
     return m
 
 

@@ -24,6 +24,13 @@ def test_nulls_are_allowed_where_the_figure_can_be_unknown():
     assert m["latency_p99_s"] is None
 
 
+def test_an_older_agent_without_reasons_is_stored_with_none():
+    message = sample(t=NOW)
+    del message["m"]["absent"]
+    _, m = sample_parse(message, now=NOW)
+    assert m["absent"] == {}
+
+
 def without(key: str) -> dict:
     message = sample(t=NOW)
     del message["m"][key]
@@ -57,6 +64,12 @@ def with_extra(key: str, value) -> dict:
         (sample(t=NOW, intents=[]), "intents: expected an object, got list"),
         (sample(t=NOW - 3600), "t: -3600 s from the control plane's clock"),
         ({**sample(t=NOW), "window_s": 0}, "window_s: must be positive"),
+        (sample(t=NOW, absent=[]), "absent: expected an object, got list"),
+        (sample(t=NOW, absent={"qps": "no requests"}), "absent: 'qps' is not a figure that may be null"),
+        (sample(t=NOW, absent={"gpu_temp": "no GPU"}), "absent: 'gpu_temp' is not a figure that may be null"),
+        (sample(t=NOW, absent={"fragmentation_ratio": "no allocator"}), "absent.fragmentation_ratio: the figure has"),
+        (sample(t=NOW, absent={"sm_util": ""}), "absent.sm_util: expected a printable text of 1 to 300"),
+        (sample(t=NOW, absent={"sm_util": 7}), "absent.sm_util: expected a printable text of 1 to 300"),
     ],
 )
 def test_a_broken_sample_is_refused_with_a_reason(message, reason):

@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.roles import Action
-from controlplane.alerts import runbooks, selectors, signals
+from controlplane.alerts import coverage, runbooks, selectors, signals
 from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, Silence
 from controlplane.alerts.services import lifecycle, rules
 from controlplane.dashboard import forms
@@ -28,6 +28,7 @@ def oncall(request):
             "pending": [selectors.alert_summary(a, evaluator=evaluator, now=now) for a in selectors.pending_alerts()],
             "resolved": [selectors.incident_summary(g) for g in selectors.recently_resolved_incidents(now=now)],
             "silences": selectors.active_silences(now=now),
+            "no_source": sorted(coverage.uncovered_by_node(now=now).items()),
             "durations": forms.SILENCE_DURATIONS,
             "placeholder": INCIDENT_PLACEHOLDER,
         },

@@ -6,10 +6,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts.roles import Action
+from controlplane.alerts import signals
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import node_charts
 from controlplane.lib.errors import DomainError
+from controlplane.metrics import selectors as metrics
 from controlplane.nodes import selectors
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services import cleanup
@@ -71,6 +73,12 @@ def _render_node(request, name, *, issued):
             "ops": NodeCommand.Op.choices,
             "issued": issued,
             "charts": node_charts(node),
+            "absent": [
+                {"label": signals.SIGNALS[key].label if key in signals.SIGNALS else key, "reason": reason}
+                for key, reason in sorted(
+                    metrics.node_absent_figures(name=node.name, max_age_s=signals.SAMPLE_FRESH_S).items()
+                )
+            ],
         },
     )
 
