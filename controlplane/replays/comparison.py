@@ -172,7 +172,8 @@ def _noise_word(comparison: dict) -> str:
 def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> list[str]:
     """One sentence per compared run: the SLO standing of both, and the P99 difference with its noise verdict, e.g.
     "run 7 (chat v7) meets the P99 SLO, run 6 (chat v6) does not (...); run 7 (chat v7) P99 -0.900 s vs ...", then
-    the first-round P99 (what the user waits for) and, for ladder runs, the sustained QPS, each with its verdict."""
+    the first-round P99 (what the user waits for), each with its verdict. Ladder runs are judged step by step, so
+    their sentence is the sustained QPS of each (a P99 over every step at once would mix loads)."""
     p99_row = next(row for row in rows if row["key"] == P99_FIGURE)
     first_row = next(row for row in rows if row["key"] == FIRST_ROUND_P99_FIGURE)
     sustained_row = next((row for row in rows if row["key"] == SUSTAINED_FIGURE), None)
@@ -180,6 +181,15 @@ def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> lis
     sentences = []
     for i, run in enumerate(runs[1:], start=1):
         entry = slo_block["runs"][i]
+        values = sustained_row["values"] if sustained_row is not None else [None]
+        if values[0] is not None and values[i] is not None:
+            more = sustained_row["comparisons"][i - 1]
+            sentences.append(
+                f"{run.label[0].upper()}{run.label[1:]} sustains {values[i]:g} QPS and {base.label} {values[0]:g} QPS "
+                f"with first-round P99 <= {SLO_P99_S:g} s and errors within bounds at every step up to it "
+                f"({more['diff']:+g} QPS, {_noise_word(more)})."
+            )
+            continue
         if entry["meets_slo"] and base_entry["meets_slo"]:
             standing = f"{run.label} and {base.label} both meet the P99 SLO"
         elif entry["meets_slo"]:
@@ -196,8 +206,5 @@ def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> lis
         first = first_row["comparisons"][i - 1]
         if first["diff"] is not None:
             sentence += f"; first-round P99 {first['diff']:+.3f} s ({_noise_word(first)})"
-        if sustained_row is not None and (more := sustained_row["comparisons"][i - 1])["diff"] is not None:
-            values = sustained_row["values"]
-            sentence += f"; sustained QPS {values[i]:g} vs {values[0]:g} ({more['diff']:+g}, {_noise_word(more)})"
         sentences.append(sentence[0].upper() + sentence[1:] + ".")
     return sentences

@@ -160,4 +160,7 @@ def test_ladder_runs_compare_their_sustained_qps_and_list_the_sustained_steps_re
     row = next(r for r in body["result"]["figures"] if r["key"] == "ladder.sustained_qps")
     assert row["values"] == [0.0, 60.0] and row["better"] == "higher"
     assert row["comparisons"][0]["beyond_noise"] is True and row["comparisons"][0]["direction"] == "better"
-    assert "sustained QPS 60 vs 0 (+60, beyond noise)" in body["verdict"][0]
+    assert body["verdict"][0] == (
+        f"Run {high.pk} (chat v2) sustains 60 QPS and run {low.pk} (chat v1) 0 QPS with first-round P99 <= 1.8 s and "
+        "errors within bounds at every step up to it (+60 QPS, beyond noise)."
+    )
