@@ -18,7 +18,7 @@ defaults' unlimited batching (docs/comparisons.md).
 import json
 
 import pytest
-from django.db.models import Count
+from django.db.models import Count, F
 
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
@@ -202,8 +202,12 @@ def test_defaults_and_the_report_template_replayed_and_compared(demo_fleet, sre,
     assert first["values"][1] < first["values"][0], first["values"]
     assert first["comparisons"][0]["beyond_noise"] and first["comparisons"][0]["direction"] == "better", first
     assert "first-round P99 -" in result["verdict"][0]
-    # The defaults continue nothing: their first round is their whole answer.
+    # The defaults continue nothing: their first round is their whole answer. Each continued reply of the template
+    # ended its first round (the gateway's mark) before its end.
     assert rows["latency.first_round_s.p99"]["values"][0] == rows["latency.e2e_s.p99"]["values"][0]
+    assert not baseline.requests.filter(ok=True).exclude(first_round_s=F("e2e_s")).exists()
+    continued = tuned.requests.filter(ok=True, continuation_rounds__gt=0)
+    assert continued.exists() and not continued.filter(first_round_s__gte=F("e2e_s")).exists()
     # Every ladder step was sent and is judged on its own requests (the sustained step's are listed behind the figure).
     for run, block in zip((baseline_ladder, tuned_ladder), ladders, strict=True):
         assert [s["qps"] for s in block["steps"]] == LADDER and all(s["requests"] for s in block["steps"]), block
