@@ -29,6 +29,7 @@ def synthetic_run(seed: int, median: float) -> list[dict]:
     for seq in range(N):
         failed = rng.random() < 0.01
         e2e = rng.lognormvariate(0, 0.45) * median
+        rounds = 0 if failed else rng.choice((0, 0, 0, 1))
         rows.append(
             {
                 "seq": seq,
@@ -39,7 +40,8 @@ def synthetic_run(seed: int, median: float) -> list[dict]:
                 "e2e_s": 0.002 if failed else e2e,
                 "ttft_s": None if failed else e2e / 9,
                 "reply_tokens": 0 if failed else rng.randint(30, 256),
-                "continuation_rounds": 0 if failed else rng.choice((0, 0, 0, 1)),
+                "continuation_rounds": rounds,
+                "first_round_s": None if failed else (e2e * 0.6 if rounds else e2e),
             }
         )
     return rows

@@ -2,7 +2,9 @@
 
 The seed's "首轮响应固定 max_tokens=256 … 检测到回复包含未完成句式时，自动触发流式续传": the gateway asks the engine
 to continue its own partial reply (`continue_final_message`, vLLM's chat extension) and splices the rounds into one
-response: one id, one role chunk, one finish_reason, usage summed. The client never sees the seam.
+response: one id, one role chunk, one finish_reason, usage summed. The client's text shows no seam; a streamed answer
+marks it for whoever measures the first round: the first chunk of continuation round k carries
+`"x_continuation_round": k` (an extra field, which OpenAI clients ignore), so everything before it is round 1.
 """
 
 from __future__ import annotations
@@ -97,8 +99,10 @@ async def stream(
     identity: dict | None = None
     usage: dict | None = None
     final: dict | None = None
+    final_round = 0
     while True:
         finish_reason = None
+        marked = rounds == 0  # the first chunk of a continuation round carries its number (the round boundary)
         async with http.post(url, json=request, headers=headers) as upstream:
             if upstream.status != 200:
                 raw = await upstream.read()
@@ -128,12 +132,17 @@ async def stream(
                 text += content
                 if choice.get("finish_reason"):
                     finish_reason = choice["finish_reason"]
-                    final = event
+                    final, final_round = event, rounds
                     if content:
-                        yield _without_finish(event)
+                        chunk = _without_finish(event)
+                        if not marked:
+                            chunk["x_continuation_round"], marked = rounds, True
+                        yield chunk
                     continue
                 if rounds and not content and not delta:
                     continue
+                if not marked:
+                    event["x_continuation_round"], marked = rounds, True
                 yield event
         if not should_continue(finish_reason, text, decision, rounds):
             break
@@ -143,6 +152,8 @@ async def stream(
     if final is not None:
         choice = final["choices"][0]
         choice["delta"] = {"content": ""}
+        if not marked and final_round == rounds:
+            final["x_continuation_round"] = rounds  # a continuation round that produced no text
         final["x_continuation_rounds"] = rounds
         yield final
     if include_usage and usage is not None and identity is not None:

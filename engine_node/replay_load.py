@@ -3,7 +3,13 @@
 The replay runs of the control plane use it (one share of a run per event loop), and so does `bench/replay.py`.
 Like `engine_node.loadgen` it is plain asyncio + aiohttp against the gateways' OpenAI route; unlike it, requests come
 from a plan (due offset, node URL, messages) and every one is measured: what the gateway decided (its X-Policy-*
-headers), time to first token when streamed, end to end, usage and continuation rounds.
+headers), time to first token when streamed, time to the end of the first round, end to end, usage and continuation
+rounds.
+
+The first round is what the user waits for when the gateway continues a reply the first-turn cap cut: the
+continuation streams behind text already on screen. A streamed answer's first round ends with the last chunk that
+arrived before the chunk marked `x_continuation_round` (engine_node/completion.py); an answer that was not continued,
+and any non-streamed answer (its client sees nothing until every round is done), ends its first round at its end.
 """
 
 import asyncio
@@ -49,6 +55,7 @@ class Outcome:
     error: str = ""
     e2e_s: float | None = None
     ttft_s: float | None = None
+    first_round_s: float | None = None
     prompt_tokens: int | None = None
     reply_tokens: int | None = None
     continuation_rounds: int | None = None
@@ -101,10 +108,13 @@ async def chat_once(session: aiohttp.ClientSession, shot: Shot, outcome: Outcome
         else:
             await _read_stream(response, outcome, started)
         outcome.e2e_s = time.monotonic() - started
+        if outcome.first_round_s is None:
+            outcome.first_round_s = outcome.e2e_s
         outcome.ok = not outcome.error
 
 
 async def _read_stream(response: aiohttp.ClientResponse, outcome: Outcome, started: float) -> None:
+    last_event_s = None  # when the latest data event arrived: the first round's end once the next one is marked
     async for raw in response.content:
         line = raw.strip()
         if not line.startswith(b"data:"):
@@ -119,9 +129,13 @@ async def _read_stream(response: aiohttp.ClientResponse, outcome: Outcome, start
         if "error" in event:
             outcome.error = f"stream error: {_message(json.dumps(event))}"[:ERROR_CHARS]
             continue
+        now = time.monotonic() - started
+        if outcome.first_round_s is None and "x_continuation_round" in event and last_event_s is not None:
+            outcome.first_round_s = last_event_s
+        last_event_s = now
         for choice in event.get("choices") or ():
             if outcome.ttft_s is None and (choice.get("delta") or {}).get("content"):
-                outcome.ttft_s = time.monotonic() - started
+                outcome.ttft_s = now
         if "x_continuation_rounds" in event:
             outcome.continuation_rounds = _count(event["x_continuation_rounds"], MAX_ROUNDS)
         if event.get("usage"):

@@ -9,11 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.replays import noise
-from controlplane.replays.figures import latency_cdf, run_figures
+from controlplane.replays.figures import Ladder, latency_cdf, run_figures
+from controlplane.replays.sustained import SLO_P99_S
 
 # The report's target (P99 <= 1.8 s at 50 QPS); the alert's warning and critical lines come from the p99-latency rule.
-P99_TARGET_S = 1.8
+P99_TARGET_S = SLO_P99_S
 P99_FIGURE = "latency.e2e_s.p99"
+FIRST_ROUND_P99_FIGURE = "latency.first_round_s.p99"
+SUSTAINED_FIGURE = "ladder.sustained_qps"
 
 
 @dataclass
@@ -24,6 +27,7 @@ class RunInput:
     label: str
     records: Sequence[Mapping]
     pool_metrics: Mapping | None = None
+    ladder: Ladder | None = None
     info: dict = field(default_factory=dict)
     is_simulated: bool = False
     repeats: dict[int, dict] = field(default_factory=dict)  # run id -> run_figures of a repeat (same version, log)
@@ -68,10 +72,12 @@ def compare_runs(
     """The stored result: per-run figures, every figure side by side with its differences, the SLO verdict."""
     if len(runs) < 2:
         raise ValueError("compare at least two runs")
-    per_run = [run_figures(run.records, pool_metrics=run.pool_metrics) for run in runs]
+    per_run = [run_figures(run.records, pool_metrics=run.pool_metrics, ladder=run.ladder) for run in runs]
     intents = sorted({name for figures in per_run for name in figures["intents"]})
     catalogue = noise.base_figures() + noise.intent_figures(intents)
-    run_samplers = [noise.samplers(run.records, catalogue) for run in runs]
+    if any(run.ladder is not None for run in runs):
+        catalogue += noise.ladder_figures()
+    run_samplers = [noise.samplers(run.records, catalogue, ladder=run.ladder) for run in runs]
     base = runs[0]
     rows = []
     for figure in catalogue:
@@ -147,6 +153,9 @@ def _slo_block(runs: Sequence[RunInput], per_run: list[dict], slo: SloLines) -> 
                 "label": run.label,
                 "p99_s": p99,
                 "p99_seq": figures["latency"]["e2e_s"]["p99_seq"],
+                "first_round_p99_s": figures["latency"]["first_round_s"]["p99"],
+                "first_round_p99_seq": figures["latency"]["first_round_s"]["p99_seq"],
+                "sustained_qps": figures.get("ladder", {}).get("sustained_qps"),
                 "level": level,
                 "meets_slo": level == "ok",
                 "meets_target": p99 is not None and p99 <= slo.target_s,
@@ -156,14 +165,31 @@ def _slo_block(runs: Sequence[RunInput], per_run: list[dict], slo: SloLines) -> 
     return {"warn_s": slo.warn_s, "critical_s": slo.critical_s, "target_s": slo.target_s, "runs": entries}
 
 
+def _noise_word(comparison: dict) -> str:
+    return "beyond noise" if comparison["beyond_noise"] else "within noise"
+
+
 def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> list[str]:
     """One sentence per compared run: the SLO standing of both, and the P99 difference with its noise verdict, e.g.
-    "run 7 (chat v7) meets the P99 SLO, run 6 (chat v6) does not (...); run 7 (chat v7) P99 -0.900 s vs ..."."""
+    "run 7 (chat v7) meets the P99 SLO, run 6 (chat v6) does not (...); run 7 (chat v7) P99 -0.900 s vs ...", then
+    the first-round P99 (what the user waits for), each with its verdict. Ladder runs are judged step by step, so
+    their sentence is the sustained QPS of each (a P99 over every step at once would mix loads)."""
     p99_row = next(row for row in rows if row["key"] == P99_FIGURE)
+    first_row = next(row for row in rows if row["key"] == FIRST_ROUND_P99_FIGURE)
+    sustained_row = next((row for row in rows if row["key"] == SUSTAINED_FIGURE), None)
     base, base_entry = runs[0], slo_block["runs"][0]
     sentences = []
     for i, run in enumerate(runs[1:], start=1):
         entry = slo_block["runs"][i]
+        values = sustained_row["values"] if sustained_row is not None else [None]
+        if values[0] is not None and values[i] is not None:
+            more = sustained_row["comparisons"][i - 1]
+            sentences.append(
+                f"{run.label[0].upper()}{run.label[1:]} sustains {values[i]:g} QPS and {base.label} {values[0]:g} QPS "
+                f"with first-round P99 <= {SLO_P99_S:g} s and errors within bounds at every step up to it "
+                f"({more['diff']:+g} QPS, {_noise_word(more)})."
+            )
+            continue
         if entry["meets_slo"] and base_entry["meets_slo"]:
             standing = f"{run.label} and {base.label} both meet the P99 SLO"
         elif entry["meets_slo"]:
@@ -177,5 +203,8 @@ def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> lis
         if comparison["diff"] is not None:
             noise_word = "beyond noise" if comparison["beyond_noise"] else "within noise"
             sentence += f"; {run.label} P99 {comparison['diff']:+.3f} s vs {base.label} ({noise_word})"
+        first = first_row["comparisons"][i - 1]
+        if first["diff"] is not None:
+            sentence += f"; first-round P99 {first['diff']:+.3f} s ({_noise_word(first)})"
         sentences.append(sentence[0].upper() + sentence[1:] + ".")
     return sentences

@@ -19,8 +19,9 @@ class RunFiguresSerializer(serializers.Serializer):
     is_simulated = serializers.BooleanField(help_text="Sent to simulator nodes: the figures are not vLLM measurements.")
     simulated_note = serializers.CharField(allow_blank=True)
     figures = JSONObjectField(
-        help_text="latency (e2e_s, ttft_s: count, p50/p95/p99/p999 and the seq of the request holding each), "
-        "throughput, errors, reply_tokens, continuation_rounds, intents, pool_metrics; nearest-rank percentiles."
+        help_text="latency (e2e_s, ttft_s, first_round_s: count, p50/p95/p99/p999 and the seq of the request holding "
+        "each), throughput, errors, reply_tokens, continuation_rounds, intents, pool_metrics, and for a ladder run "
+        "ladder (each step's first-round P99 and error rate against the SLO, sustained_qps); nearest-rank percentiles."
     )
     latency_cdf = JSONObjectField(help_text="`x` (seconds) and `y` (share of successful requests at or below).")
 

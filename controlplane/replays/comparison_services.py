@@ -33,6 +33,8 @@ def traffic_key(run: ReplayRun) -> tuple:
         run.top_n,
         run.pacing,
         run.qps,
+        tuple(run.qps_steps or ()),
+        run.step_s,
         run.time_scale,
     )
 
@@ -85,7 +87,9 @@ def _repeats(run: ReplayRun, compared: set[int]) -> dict[int, dict]:
     repeats = {}
     for other in candidates[: MAX_REPEATS * 4]:
         if traffic_key(other) == key:
-            repeats[other.pk] = run_figures(run_records(run=other), pool_metrics=other.pool_metrics)
+            repeats[other.pk] = run_figures(
+                run_records(run=other), pool_metrics=other.pool_metrics, ladder=other.ladder
+            )
         if len(repeats) >= MAX_REPEATS:
             break
     return repeats
@@ -109,6 +113,8 @@ def _run_info(run: ReplayRun) -> dict:
         "log_name": run.log_name,
         "status": run.status,
         "qps": run.qps,
+        "qps_steps": run.qps_steps or None,
+        "step_s": run.step_s,
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }
@@ -146,6 +152,7 @@ def replay_comparison_create(
                 label=run_label(run),
                 records=records,
                 pool_metrics=run.pool_metrics,
+                ladder=run.ladder,
                 info=_run_info(run),
                 is_simulated=run_is_simulated(run=run, records=records),
                 repeats=_repeats(run, compared),

@@ -1,6 +1,6 @@
 """Reads behind run figures and comparisons: a run's request records, and the requests behind one figure."""
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from controlplane.lib.errors import InvalidField, NotFound
 from controlplane.metrics.selectors import SIMULATOR_BACKEND
@@ -8,7 +8,7 @@ from controlplane.nodes.models import EngineNode
 from controlplane.replays.comparison_models import ReplayComparison
 from controlplane.replays.figures import NO_INTENT, latency_cdf, run_figures
 from controlplane.replays.models import ReplayRequest, ReplayRun
-from controlplane.replays.noise import Figure, base_figures, intent_figures
+from controlplane.replays.noise import Figure, base_figures, intent_figures, ladder_figures
 
 RECORD_FIELDS = (
     "id",
@@ -24,6 +24,7 @@ RECORD_FIELDS = (
     "error",
     "e2e_s",
     "ttft_s",
+    "first_round_s",
     "reply_tokens",
     "prompt_tokens",
     "continuation_rounds",
@@ -61,7 +62,7 @@ def run_is_simulated(*, run: ReplayRun, records: list[dict] | None = None) -> bo
 
 
 def run_figure_catalogue(figures: dict) -> list[Figure]:
-    return base_figures() + intent_figures(list(figures["intents"]))
+    return base_figures() + intent_figures(list(figures["intents"])) + (ladder_figures() if "ladder" in figures else [])
 
 
 def figure_requests(*, run: ReplayRun, figure: str) -> tuple[QuerySet, dict]:
@@ -71,7 +72,7 @@ def figure_requests(*, run: ReplayRun, figure: str) -> tuple[QuerySet, dict]:
     equals); `intents.<intent>.count`: that intent's successful requests; rates: the requests they count;
     throughput: the completed requests; `continuation_rounds.<k>`: successful requests continued k times.
     """
-    figures = run_figures(run_records(run=run), pool_metrics=run.pool_metrics)
+    figures = run_figures(run_records(run=run), pool_metrics=run.pool_metrics, ladder=run.ladder)
     requests = ReplayRequest.objects.filter(run=run)
     parts = figure.split(".")
     if figure.startswith("intents.") and len(parts) >= 3:
@@ -112,6 +113,18 @@ def figure_requests(*, run: ReplayRun, figure: str) -> tuple[QuerySet, dict]:
             "value": figures["throughput"][parts[1]],
             "at_or_above": None,
         }
+    if figure == "ladder.sustained_qps" and "ladder" in figures:
+        # The step the run sustained (the first step, which missed, when it sustained none), slowest first round first.
+        ladder, block = run.ladder, figures["ladder"]
+        index = next((i for i, s in enumerate(block["steps"]) if s["qps"] == block["sustained_qps"]), 0)
+        subset = requests.filter(scheduled_at__gte=index * ladder.step_s - 1e-9)
+        if index < len(block["steps"]) - 1:
+            subset = subset.filter(scheduled_at__lt=(index + 1) * ladder.step_s - 1e-9)
+        return subset.order_by(F("first_round_s").desc(nulls_last=True), "seq"), {
+            "figure": figure,
+            "value": block["sustained_qps"],
+            "at_or_above": None,
+        }
     if len(parts) == 2 and parts[0] == "continuation_rounds" and parts[1].isdigit():
         rounds = int(parts[1])
         subset = requests.filter(ok=True)
@@ -128,7 +141,8 @@ def figure_requests(*, run: ReplayRun, figure: str) -> tuple[QuerySet, dict]:
     raise InvalidField(
         "figure",
         f"unknown figure {figure!r}; e.g. latency.e2e_s.p99, latency.ttft_s.p999, intents.<intent>.p99, "
-        "intents.<intent>.count, errors.rate_429, throughput.requests_per_s, reply_tokens.p95, continuation_rounds.1",
+        "intents.<intent>.count, errors.rate_429, throughput.requests_per_s, reply_tokens.p95, continuation_rounds.1, "
+        "latency.first_round_s.p99, ladder.sustained_qps (ladder runs)",
     )
 
 
@@ -171,6 +185,6 @@ def run_figures_payload(*, run: ReplayRun) -> dict:
         "template_version": str(run.template_version) if run.template_version_id else None,
         "is_simulated": simulated,
         "simulated_note": SIMULATED_NOTE if simulated else "",
-        "figures": run_figures(records, pool_metrics=run.pool_metrics),
+        "figures": run_figures(records, pool_metrics=run.pool_metrics, ladder=run.ladder),
         "latency_cdf": latency_cdf(records),
     }

@@ -6,12 +6,18 @@ order (rank 1 when that is 0). Every percentile is therefore one request's own l
 answered in 2 ms is not a fast reply); error, 429 and 503 rates count every request.
 
 A request record is a mapping with the ReplayRequest fields used here: `seq`, `intent`, `status_code`, `ok`,
-`sent_at` (seconds from the run's start), `e2e_s`, `ttft_s`, `reply_tokens`, `continuation_rounds`.
+`sent_at` (seconds from the run's start), `e2e_s`, `ttft_s`, `first_round_s`, `reply_tokens`, `continuation_rounds`.
+
+`first_round_s` is what the user waits for: the end of the first round, the continuation (if any) streaming behind
+it; it equals `e2e_s` for a request that was not continued.
 """
 
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from controlplane.replays import sustained
 
 PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
 REPLY_PERCENTILES = (("p50", 50.0), ("p95", 95.0))
@@ -66,8 +72,18 @@ def run_window_s(records: Sequence[Mapping]) -> float:
     return max(ends) - min(sent)
 
 
-def run_figures(records: Sequence[Mapping], *, pool_metrics: Mapping | None = None) -> dict:
-    """Every figure of one run (see the module docstring for the methods)."""
+@dataclass(frozen=True)
+class Ladder:
+    """A ladder run's steps: QPS lowest first, each `step_s` seconds of the schedule."""
+
+    qps_steps: tuple[float, ...]
+    step_s: float
+
+
+def run_figures(
+    records: Sequence[Mapping], *, pool_metrics: Mapping | None = None, ladder: Ladder | None = None
+) -> dict:
+    """Every figure of one run (see the module docstring for the methods); a ladder run adds `ladder`."""
     total = len(records)
     ok = _ok(records)
     window = run_window_s(records)
@@ -87,6 +103,7 @@ def run_figures(records: Sequence[Mapping], *, pool_metrics: Mapping | None = No
         "latency": {
             "e2e_s": _percentile_block(_ranked(ok, "e2e_s"), PERCENTILES),
             "ttft_s": _percentile_block(_ranked(ok, "ttft_s"), PERCENTILES),
+            "first_round_s": _percentile_block(_ranked(ok, "first_round_s"), PERCENTILES),
         },
         "throughput": {
             "requests_per_s": round(len(ok) / window, DIGITS) if window > 0 else None,
@@ -109,6 +126,41 @@ def run_figures(records: Sequence[Mapping], *, pool_metrics: Mapping | None = No
         "continuation_rounds": {str(k): rounds[k] for k in sorted(rounds)},
         "intents": intent_figures(ok),
         "pool_metrics": pool_metrics_summary(pool_metrics),
+        **({"ladder": ladder_figures(records, ladder)} if ladder is not None else {}),
+    }
+
+
+def step_figures(records: Sequence[Mapping]) -> dict:
+    """One ladder step's judged figures: first-round P99 of its successes (and its request), its error rate."""
+    ok = _ok(records)
+    block = _percentile_block(_ranked(ok, sustained.SLO_LATENCY), (("p99", 99.0),))
+    errors = len(records) - len(ok)
+    return {
+        "requests": len(records),
+        "ok": len(ok),
+        "p99_s": block["p99"],
+        "p99_seq": block["p99_seq"],
+        "error_rate": round(errors / len(records), DIGITS) if records else None,
+    }
+
+
+def ladder_figures(
+    records: Sequence[Mapping], ladder: Ladder, constraints: sustained.Constraints = sustained.REPORT_SLO
+) -> dict:
+    """Each step's figures and verdict against the SLO, and the sustained QPS (0 when the first step missed it)."""
+    parts = sustained.split_steps(records, steps=len(ladder.qps_steps), step_s=ladder.step_s)
+    steps = []
+    for qps, part in zip(ladder.qps_steps, parts, strict=True):
+        values = step_figures(part)
+        steps.append({"qps": qps, **values, "violations": sustained.violations(values, constraints)})
+    best = sustained.ladder_value(steps)
+    return {
+        "latency": sustained.SLO_LATENCY,
+        "p99_max_s": constraints.p99_max_s,
+        "error_rate_max": constraints.error_rate_max,
+        "step_s": ladder.step_s,
+        "steps": steps,
+        "sustained_qps": best if best is not None else 0.0,
     }
 
 

@@ -42,6 +42,8 @@ def spec_of(run: ReplayRun) -> planning.Spec:
         top_n=run.top_n,
         pacing=run.pacing,
         qps=run.qps,
+        qps_steps=tuple(run.qps_steps or ()),
+        step_s=run.step_s,
         arrival=run.arrival,
         time_scale=run.time_scale,
         turn_gap_s=run.turn_gap_s,

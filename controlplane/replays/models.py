@@ -5,6 +5,7 @@ from django.db import models
 from django.db.models import Q
 
 from controlplane.lib.runs import CancellableRun, RunStatus
+from controlplane.replays.figures import Ladder
 
 
 class ReplayRun(CancellableRun, models.Model):
@@ -22,6 +23,7 @@ class ReplayRun(CancellableRun, models.Model):
     class Pacing(models.TextChoices):
         QPS = "qps", "Target QPS"
         LOG_TIMES = "log_times", "The log's own arrival times, scaled"
+        LADDER = "ladder", "Steps of increasing QPS (sustained QPS)"
 
     class Arrival(models.TextChoices):
         POISSON = "poisson"
@@ -56,6 +58,9 @@ class ReplayRun(CancellableRun, models.Model):
     # log_times: the log has one start time per conversation; its later user turns follow at this spacing (scaled).
     turn_gap_s = models.FloatField(default=5.0)
     duration_cap_s = models.PositiveIntegerField()
+    # ladder: the QPS of each step, lowest first, each `step_s` seconds long, back to back (duration: steps x step_s).
+    qps_steps = models.JSONField(default=list, blank=True)
+    step_s = models.PositiveIntegerField(null=True, blank=True)
     stream = models.BooleanField(default=True)
     # The nodes the run sends to, resolved when it starts: [{"name", "url", "model"}].
     targets = models.JSONField(default=list, blank=True)
@@ -117,6 +122,13 @@ class ReplayRun(CancellableRun, models.Model):
         return f"replay {self.pk} on {self.pool.name}" if self.pool_id else f"replay {self.pk}"
 
     @property
+    def ladder(self) -> Ladder | None:
+        """The steps a ladder run's figures are judged by (controlplane/replays/sustained.py); None otherwise."""
+        if self.pacing != self.Pacing.LADDER or not self.qps_steps or not self.step_s:
+            return None
+        return Ladder(qps_steps=tuple(float(q) for q in self.qps_steps), step_s=float(self.step_s))
+
+    @property
     def cpu_per_request_ms(self) -> float | None:
         return self.generator_cpu_s * 1000 / self.sent if self.sent else None
 
@@ -145,6 +157,9 @@ class ReplayRequest(models.Model):
     error = models.CharField(max_length=300, blank=True)
     e2e_s = models.FloatField(null=True, blank=True)
     ttft_s = models.FloatField(null=True, blank=True)
+    # To the end of the first round, what the user waits for when the gateway streams a continuation behind it;
+    # end-to-end for a request that was not continued or not streamed (engine_node/replay_load.py).
+    first_round_s = models.FloatField(null=True, blank=True)
     reply_tokens = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     continuation_rounds = models.PositiveSmallIntegerField(null=True, blank=True)

@@ -17,6 +17,9 @@ directly from its exact sampling distribution instead of from n drawn requests:
   normal limit N(mean, s²/n), which the resample mean of that many requests follows to within plotting accuracy.
 
 Per-intent figures are resampled within the intent (its request count held fixed).
+
+A ladder run's sustained QPS is resampled step by step: each step's first-round P99 drawn as above and its error
+count as a rate (the step's request count held fixed), the SLO applied to the draws, and the sustained step taken.
 """
 
 import math
@@ -24,7 +27,15 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controlplane.replays.figures import INTENT_PERCENTILES, PERCENTILES, REPLY_PERCENTILES, nearest_rank, run_window_s
+from controlplane.replays import sustained
+from controlplane.replays.figures import (
+    INTENT_PERCENTILES,
+    PERCENTILES,
+    REPLY_PERCENTILES,
+    Ladder,
+    nearest_rank,
+    run_window_s,
+)
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -60,9 +71,16 @@ def _path(key: str) -> list[str]:
     return key.split(".")
 
 
+LATENCIES = (
+    ("e2e_s", "end-to-end latency"),
+    ("ttft_s", "time to first token"),
+    ("first_round_s", "first-round latency"),
+)
+
+
 def base_figures() -> list[Figure]:
     figures = []
-    for metric, label in (("e2e_s", "end-to-end latency"), ("ttft_s", "time to first token")):
+    for metric, label in LATENCIES:
         for name, percentile in PERCENTILES:
             figures.append(Figure(f"latency.{metric}.{name}", f"{label} P{percentile:g}", "s", "lower"))
     figures += [
@@ -77,6 +95,10 @@ def base_figures() -> list[Figure]:
         Figure(f"reply_tokens.{name}", f"reply length P{p:g}", "tokens", "neither") for name, p in REPLY_PERCENTILES
     ]
     return figures
+
+
+def ladder_figures() -> list[Figure]:
+    return [Figure("ladder.sustained_qps", "sustained QPS (first-round P99 within the SLO)", "QPS", "higher")]
 
 
 def intent_figures(intents: Sequence[str]) -> list[Figure]:
@@ -144,8 +166,33 @@ def mean_sampler(values: Sequence[float], *, scale: float = 1.0) -> Sampler:
     return lambda rng: rng.gauss(mean, spread) * scale
 
 
-def samplers(records: Sequence[Mapping], figures: Sequence[Figure]) -> dict[str, Sampler]:
-    """A bootstrap sampler per figure key, for one run's request records."""
+def ladder_sampler(records: Sequence[Mapping], ladder: Ladder | None) -> Sampler:
+    """The sustained QPS of one resample of a ladder run (None for a run without a ladder)."""
+    if ladder is None:
+        return lambda rng: None
+    parts = sustained.split_steps(records, steps=len(ladder.qps_steps), step_s=ladder.step_s)
+    steps = []
+    for qps, part in zip(ladder.qps_steps, parts, strict=True):
+        column = sustained.SLO_LATENCY
+        latencies = [float(r[column]) for r in part if r["ok"] and r.get(column) is not None]
+        errors = sum(1 for r in part if not r["ok"])
+        steps.append((qps, quantile_sampler(latencies, 99.0), rate_sampler(errors, len(part))))
+
+    def draw(rng: random.Random) -> float:
+        judged = []
+        for qps, p99, error_rate in steps:
+            values = {"p99_s": p99(rng), "error_rate": error_rate(rng)}
+            judged.append({"qps": qps, "violations": sustained.violations(values, sustained.REPORT_SLO)})
+        best = sustained.ladder_value(judged)
+        return best if best is not None else 0.0
+
+    return draw
+
+
+def samplers(
+    records: Sequence[Mapping], figures: Sequence[Figure], *, ladder: Ladder | None = None
+) -> dict[str, Sampler]:
+    """A bootstrap sampler per figure key, for one run's request records (and its ladder, for a ladder run)."""
     ok = [r for r in records if r["ok"]]
     n = len(records)
     window = run_window_s(records)
@@ -156,7 +203,7 @@ def samplers(records: Sequence[Mapping], figures: Sequence[Figure]) -> dict[str,
             by_intent.setdefault(r.get("intent") or "(none)", []).append(float(r["e2e_s"]))
     columns = {
         metric: [float(r[metric]) for r in ok if r.get(metric) is not None]
-        for metric in ("e2e_s", "ttft_s", "reply_tokens")
+        for metric in (*(name for name, _ in LATENCIES), "reply_tokens")
     }
     statuses = [r.get("status_code") for r in records]
     result: dict[str, Sampler] = {}
@@ -180,6 +227,8 @@ def samplers(records: Sequence[Mapping], figures: Sequence[Figure]) -> dict[str,
             result[figure.key] = rate_sampler(n - len(ok), n)
         elif figure.key in ("errors.rate_429", "errors.rate_503"):
             result[figure.key] = rate_sampler(statuses.count(int(figure.key[-3:])), n)
+        elif figure.key == "ladder.sustained_qps":
+            result[figure.key] = ladder_sampler(records, ladder)
     return result
 
 

@@ -7,8 +7,9 @@ every share of a run, in any worker, draws the same plan and keeps its own part 
   replies are the history; the replay does not wait for its own replies).
 - Selection: `all`, `sample` (n conversations, uniformly, reproducible from the seed; log order kept), `top` (one
   conversation for each of the N most frequent first user messages, most frequent first; ties by first appearance).
-- Pacing: `qps` (Poisson or uniform arrivals at the target rate) or `log_times` (each conversation at its start time
-  in the log, relative to the earliest, times `time_scale`; its later user turns `turn_gap_s` apart, scaled).
+- Pacing: `qps` (Poisson or uniform arrivals at the target rate), `ladder` (the same, at each step's rate for
+  `step_s` seconds, steps back to back: a sustained-QPS measurement) or `log_times` (each conversation at its start
+  time in the log, relative to the earliest, times `time_scale`; its later user turns `turn_gap_s` apart, scaled).
 - Requests due after the duration cap are left out; so is everything past the settings' request cap.
 """
 
@@ -33,6 +34,8 @@ class Spec:
     top_n: int | None = None
     pacing: str = "qps"
     qps: float | None = None
+    qps_steps: tuple[float, ...] = ()
+    step_s: float | None = None
     arrival: str = "poisson"
     time_scale: float | None = None
     turn_gap_s: float = 5.0
@@ -111,6 +114,9 @@ def requests_of(conversation) -> Iterator[tuple[int, tuple[dict, ...]]]:
 
 def arrivals(spec: Spec) -> Iterator[float]:
     """Due offsets of a `qps` plan: Poisson (exponential gaps, seeded) or evenly spaced; the first at 0."""
+    if spec.pacing == "ladder":
+        yield from _ladder_arrivals(spec)
+        return
     if spec.arrival == "uniform":
         for k in itertools.count():
             yield k / spec.qps
@@ -120,6 +126,26 @@ def arrivals(spec: Spec) -> Iterator[float]:
     while True:
         yield t
         t += rng.expovariate(spec.qps)
+
+
+def _ladder_arrivals(spec: Spec) -> Iterator[float]:
+    """Each step at its own rate from its own start: evenly spaced, or Poisson (memoryless, so restarting the gaps
+    at a step's start gives exactly a Poisson process whose rate steps up); past the last step, its rate goes on."""
+    rng = random.Random(spec.seed)
+    steps = spec.qps_steps
+    for index, qps in enumerate(steps):
+        start = index * spec.step_s
+        end = start + spec.step_s if index < len(steps) - 1 else math.inf
+        if spec.arrival == "uniform":
+            for k in itertools.count():
+                if start + k / qps >= end:
+                    break
+                yield start + k / qps
+        else:
+            t = start
+            while t < end:
+                yield t
+                t += rng.expovariate(qps)
 
 
 def plan(conversations: Iterable, spec: Spec) -> list[Planned]:

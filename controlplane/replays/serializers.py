@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from controlplane.lib.serializers import NameListField, StrictSerializer
 from controlplane.replays.models import ReplayRequest, ReplayRun
+from controlplane.replays.sustained import MAX_LADDER_STEPS
 
 REQUEST_FIELDS = [
     "seq",
@@ -21,6 +22,7 @@ REQUEST_FIELDS = [
     "error",
     "e2e_s",
     "ttft_s",
+    "first_round_s",
     "reply_tokens",
     "prompt_tokens",
     "continuation_rounds",
@@ -40,6 +42,17 @@ class ReplayRunCreateSerializer(StrictSerializer):
     top_n = serializers.IntegerField(required=False, allow_null=True, default=None)
     pacing = serializers.CharField(max_length=16, required=False, default="qps")
     qps = serializers.FloatField(required=False, allow_null=True, default=None)
+    qps_steps = serializers.ListField(
+        child=serializers.FloatField(),
+        max_length=MAX_LADDER_STEPS,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="pacing ladder: the QPS of each step, lowest first (2 to 8 steps)",
+    )
+    step_s = serializers.IntegerField(
+        required=False, allow_null=True, default=None, help_text="pacing ladder: seconds each step lasts"
+    )
     arrival = serializers.CharField(max_length=8, required=False, default="poisson")
     time_scale = serializers.FloatField(required=False, allow_null=True, default=None)
     turn_gap_s = serializers.FloatField(required=False, default=5.0)
@@ -79,6 +92,8 @@ class ReplayRunSerializer(serializers.ModelSerializer):
             "top_n",
             "pacing",
             "qps",
+            "qps_steps",
+            "step_s",
             "arrival",
             "time_scale",
             "turn_gap_s",

@@ -1,5 +1,6 @@
 """Audited writes to replay runs: start one (refused on production without an SRE's override), cancel one."""
 
+import itertools
 import math
 import re
 
@@ -12,6 +13,7 @@ from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Forbidden, InvalidF
 from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.replays.models import ReplayRun
+from controlplane.replays.sustained import MAX_LADDER_STEPS
 
 MAX_LABEL = 200
 MAX_NODES = 256
@@ -74,6 +76,8 @@ def _snapshot(run: ReplayRun) -> dict:
         "top_n": run.top_n,
         "pacing": run.pacing,
         "qps": run.qps,
+        "qps_steps": run.qps_steps,
+        "step_s": run.step_s,
         "arrival": run.arrival,
         "time_scale": run.time_scale,
         "duration_cap_s": run.duration_cap_s,
@@ -94,6 +98,8 @@ def replay_run_create(
     top_n: int | None = None,
     pacing: str = ReplayRun.Pacing.QPS,
     qps: float | None = None,
+    qps_steps: list[float] | None = None,
+    step_s: int | None = None,
     arrival: str = ReplayRun.Arrival.POISSON,
     time_scale: float | None = None,
     turn_gap_s: float = 5.0,
@@ -121,7 +127,16 @@ def replay_run_create(
         sample_size = sample_seed = None
     top_n = _positive_int("top_n", top_n, maximum=settings.REPLAY_MAX_REQUESTS) if selection == "top" else None
     pacing = _choice("pacing", pacing, ReplayRun.Pacing)
-    if pacing == ReplayRun.Pacing.QPS:
+    if pacing == ReplayRun.Pacing.LADDER:
+        if qps is not None:
+            raise InvalidField("qps", "pacing ladder replays at qps_steps; leave qps out")
+        qps_steps, step_s = _ladder(qps_steps, step_s)
+        duration_cap_s = len(qps_steps) * step_s
+        arrival = _choice("arrival", arrival, ReplayRun.Arrival)
+        qps = time_scale = None
+    elif qps_steps or step_s is not None:
+        raise InvalidField("qps_steps", "only pacing ladder takes steps; leave qps_steps and step_s out")
+    elif pacing == ReplayRun.Pacing.QPS:
         if qps is None:
             raise InvalidField("qps", "required with pacing qps")
         qps = _number("qps", qps, low=0.01, high=settings.REPLAY_MAX_QPS)
@@ -137,6 +152,12 @@ def replay_run_create(
         raise InvalidField(
             "duration_cap_s",
             f"{qps:g} QPS for {duration_cap_s} s is about {qps * duration_cap_s:.0f} requests; "
+            f"a run sends at most {settings.REPLAY_MAX_REQUESTS}",
+        )
+    if qps_steps and sum(qps_steps) * step_s > settings.REPLAY_MAX_REQUESTS * 1.05:
+        raise InvalidField(
+            "qps_steps",
+            f"{len(qps_steps)} steps of {step_s} s are about {sum(qps_steps) * step_s:.0f} requests; "
             f"a run sends at most {settings.REPLAY_MAX_REQUESTS}",
         )
     if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > 2**62:
@@ -166,6 +187,8 @@ def replay_run_create(
             top_n=top_n,
             pacing=pacing,
             qps=qps,
+            qps_steps=qps_steps or [],
+            step_s=step_s,
             arrival=arrival,
             time_scale=time_scale,
             turn_gap_s=turn_gap_s,
@@ -186,6 +209,19 @@ def replay_run_create(
             audit_record(actor=actor, action="replay.create", target=run, after=after, reason=reason)
         transaction.on_commit(lambda: _enqueue(run.pk))
     return run
+
+
+def _ladder(qps_steps, step_s) -> tuple[list[float], int]:
+    """A ladder's steps (2 to MAX_LADDER_STEPS QPS values going up) and seconds per step, or the field at fault."""
+    if not isinstance(qps_steps, list | tuple) or not 2 <= len(qps_steps) <= MAX_LADDER_STEPS:
+        raise InvalidField("qps_steps", f"pacing ladder needs a list of 2 to {MAX_LADDER_STEPS} QPS steps")
+    steps = [_number(f"qps_steps[{i}]", q, low=0.01, high=settings.REPLAY_MAX_QPS) for i, q in enumerate(qps_steps)]
+    if any(b <= a for a, b in itertools.pairwise(steps)):
+        raise InvalidField("qps_steps", "must go up, lowest first")
+    if step_s is None:
+        raise InvalidField("step_s", "required with pacing ladder: seconds each step lasts")
+    step_s = _positive_int("step_s", step_s, maximum=settings.REPLAY_MAX_DURATION_S // len(steps))
+    return steps, step_s
 
 
 def _enqueue(run_id: int) -> None:

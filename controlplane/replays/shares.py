@@ -85,6 +85,7 @@ class _Recorder:
             error=outcome.error[:300],
             e2e_s=outcome.e2e_s,
             ttft_s=outcome.ttft_s,
+            first_round_s=outcome.first_round_s,
             reply_tokens=outcome.reply_tokens,
             prompt_tokens=outcome.prompt_tokens,
             continuation_rounds=outcome.continuation_rounds,

@@ -16,12 +16,11 @@ from controlplane.params.schema import ROOT
 from controlplane.params.services.templates import document_validate
 from controlplane.replays.comparison import P99_TARGET_S
 from controlplane.replays.models import ReplayRun
+from controlplane.replays.sustained import DEFAULT_ERROR_RATE_MAX, MAX_LADDER_STEPS
 from controlplane.tuning import space as search
 from controlplane.tuning.models import TuningStudy
 
-# The report's SLO: P99 <= 1.8 s at 50 QPS; an error rate of at most 0.5 % (seed).
-DEFAULT_ERROR_RATE_MAX = 0.005
-MAX_LADDER = 8
+MAX_LADDER = MAX_LADDER_STEPS
 MAX_TRIAL_DURATION_S = 600
 # Replays per trial (and per ladder step): the trial's figures are their median, less noisy than one short replay.
 MAX_REPEATS = 10

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 from controlplane.lib.errors import InvalidField
 from controlplane.params.schema import FIELDS_BY_PATH, Field
+from controlplane.replays.sustained import Constraints, ladder_value, violations
+
+__all__ = ["Constraints", "ladder_value", "violations"]  # the SLO judgement replays and studies share
 
 SEARCHABLE_KINDS = ("int", "float", "bool", "enum")
 MAX_DIMENSIONS = 6
@@ -182,17 +185,6 @@ def candidate_params(base: Mapping, values: Mapping[str, object]) -> dict:
     return params
 
 
-@dataclass(frozen=True)
-class Constraints:
-    """The SLO a trial must meet to count: P99 end to end and error rate over the replay."""
-
-    p99_max_s: float
-    error_rate_max: float
-
-    def as_dict(self) -> dict:
-        return {"p99_max_s": self.p99_max_s, "error_rate_max": self.error_rate_max}
-
-
 def constraints_check(raw, *, default_p99_s: float, default_error_rate: float) -> Constraints:
     raw = raw or {}
     if not isinstance(raw, Mapping):
@@ -243,21 +235,6 @@ def repeated(runs: Sequence[Mapping]) -> dict:
     }
 
 
-def violations(values: Mapping, constraints: Constraints) -> list[str]:
-    """Why a run misses the SLO, one sentence each; empty when it meets it. A run without successes misses it."""
-    out = []
-    p99, rate = values.get("p99_s"), values.get("error_rate")
-    if p99 is None:
-        out.append("no successful request")
-    elif p99 > constraints.p99_max_s:
-        out.append(f"P99 {p99:.3f} s above {constraints.p99_max_s:g} s")
-    if rate is None:
-        out.append("no request")
-    elif rate > constraints.error_rate_max:
-        out.append(f"error rate {rate:.2%} above {constraints.error_rate_max:.2%}")
-    return out
-
-
 def objective_value(objective: str, values: Mapping) -> float | None:
     """One run's score for `min_p99` or `max_throughput` (max_qps is scored over its ladder: `ladder_value`)."""
     if objective == Objective.MIN_P99:
@@ -265,16 +242,6 @@ def objective_value(objective: str, values: Mapping) -> float | None:
     if objective == Objective.MAX_THROUGHPUT:
         return values.get("output_tokens_per_s")
     raise ValueError(objective)
-
-
-def ladder_value(steps: Sequence[Mapping]) -> float | None:
-    """The highest QPS of the consecutive ladder steps (lowest first) that met the constraints; None if none did."""
-    best = None
-    for step in steps:
-        if step.get("violations"):
-            break
-        best = step["qps"]
-    return best
 
 
 def is_better(objective: str, value: float, than: float | None) -> bool:

@@ -61,7 +61,7 @@ def test_compare_two_runs_and_read_the_verdict(seeded, server_url, new_page, sho
     shot(page, "90-replay-comparison")
 
     # The baseline's P99 links to the requests at and above it.
-    page.locator(f'[data-testid=slo-table] tr[data-run="{slow.pk}"] a').click()
+    page.locator(f'[data-testid=slo-table] tr[data-run="{slow.pk}"] a').first.click()
     page.wait_for_url("**/figures/requests/?figure=latency.e2e_s.p99")
     assert page.locator("[data-testid=figure-requests] tbody tr").count() == 16  # ranks 1485..1500 of 1500 ok
     shot(page, "91-replay-figure-requests")
@@ -104,3 +104,39 @@ def test_hostile_labels_stay_text_in_the_charts(seeded, server_url, new_page):
     assert '<a href="javascript:alert(1)">' in page.locator("#chart-cdf .legend").text_content()
     assert intent in page.locator("#chart-intents .xaxislayer-above").text_content()
     assert dialogs == []
+
+
+def test_ladder_runs_compare_their_sustained_qps_and_first_rounds(seeded, server_url, new_page, shot):
+    from controlplane.accounts.models import User
+    from controlplane.replays.comparison_services import replay_comparison_create
+
+    agent = User.objects.get(username="agent")
+    tuned = TemplateVersion.objects.get(template__name="chat-default", number=1)
+    defaults = template_version_create(
+        actor=agent, template=tuned.template, document=DEFAULTS, base_number=tuned.template.latest_number
+    )
+    staging = Pool.objects.get(name="staging")
+    steps = {"qps_steps": (20.0, 40.0, 60.0), "step_s": 10, "n": 900}
+    low = finished_run(actor=agent, pool=staging, version=defaults, median_s=0.7, seed=3, **steps)
+    high = finished_run(actor=agent, pool=staging, version=tuned, median_s=0.5, seed=4, **steps)
+    comparison = replay_comparison_create(actor=agent, run_ids=[low.pk, high.pk], resamples=200)
+    sustained = [run["figures"]["ladder"]["sustained_qps"] for run in comparison.result["runs"]]
+
+    page = new_page()
+    login(page, server_url, "oncall")
+    page.goto(f"{server_url}/replays/comparisons/{comparison.pk}/")
+    verdict = page.locator("[data-testid=verdict] p").first.inner_text()
+    assert f"sustains {sustained[1]:g} QPS and run {low.pk} (chat-default v2) {sustained[0]:g} QPS" in verdict
+    row = page.locator(f'[data-testid=slo-table] tr[data-run="{high.pk}"]').inner_text()
+    assert f"{sustained[1]:g}" in row
+    assert page.locator('[data-testid=figures] tr[data-figure="ladder.sustained_qps"]').count() == 1
+    assert page.locator('[data-testid=figures] tr[data-figure="latency.first_round_s.p99"]').count() == 1
+    shot(page, "93-replay-ladder-comparison")
+    page.goto(f"{server_url}/replays/{high.pk}/")
+    ladder = page.locator("[data-testid=replay-figures] [data-testid=run-ladder] tbody tr")
+    assert ladder.count() == 3 and "met" in ladder.first.inner_text().lower()
+    page.locator("[data-testid=sustained-qps]").click()
+    page.wait_for_url("**/figures/requests/?figure=ladder.sustained_qps")
+    assert page.locator("[data-testid=figure-info]").inner_text().startswith("300 requests")
+    page.goto(f"{server_url}/replays/{high.pk}/")
+    shot(page, "94-replay-ladder-run")

@@ -125,3 +125,19 @@ def test_a_client_that_asked_for_a_short_reply_is_not_continued():
 def test_usage_is_left_out_unless_the_client_asked():
     _, chunks = asyncio.run(_run([("done.", "stop")], stream=True, include_usage=False))
     assert all(c["choices"] for c in chunks)
+
+
+def test_the_first_chunk_of_each_continuation_round_is_marked_with_its_number():
+    rounds = [("Your parcel left the", "length"), (" warehouse today and", "length"), (" arrives soon.", "stop")]
+    _, chunks = asyncio.run(_run(rounds, stream=True))
+    marked = [(i, c["x_continuation_round"]) for i, c in enumerate(chunks) if "x_continuation_round" in c]
+    assert [number for _, number in marked] == [1, 2]
+    # Everything before the first mark is the first round's text, exactly; between the marks, the second round's.
+    assert _text(chunks[: marked[0][0]]) == "Your parcel left the"
+    assert _text(chunks[marked[0][0] : marked[1][0]]) == " warehouse today and"
+
+
+def test_an_answer_that_was_not_continued_carries_no_round_mark():
+    _, chunks = asyncio.run(_run([("Your parcel left today.", "length")], stream=True))
+    assert not any("x_continuation_round" in c for c in chunks)
+    assert chunks[-2]["x_continuation_rounds"] == 0

@@ -1,6 +1,14 @@
-"""The replay generator's reading of a gateway's answer: decision headers (hostile or missing ones too) and usage."""
+"""The replay generator's reading of a gateway's answer: decision headers (hostile or missing ones too), usage, and
+the first round's end in a continued stream."""
 
-from engine_node.replay_load import Outcome, read_decision, read_usage
+import asyncio
+import json
+import time
+
+import aiohttp
+from aiohttp import web
+
+from engine_node.replay_load import Outcome, Shot, chat_once, read_decision, read_usage
 
 
 def test_decision_headers_are_read_into_the_row():
@@ -34,3 +42,58 @@ def test_missing_or_hostile_headers_leave_fields_empty_and_bounded():
     assert (outcome.prompt_tokens, outcome.reply_tokens) == (None, 7)
     read_usage(outcome, {"prompt_tokens": -5, "completion_tokens": 2**40})
     assert (outcome.prompt_tokens, outcome.reply_tokens) == (None, None)
+
+
+ROUND_GAP_S = 0.3
+
+
+def _sse(chunks: list[dict]) -> list[bytes]:
+    return [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks]
+
+
+async def _gateway_like(marked: bool):
+    """An SSE answer shaped like the gateway's: round 1, a pause (the continuation's request), round 2 marked."""
+
+    def chunk(content, **extra):
+        return {"id": "r1", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}], **extra}
+
+    async def handle(request):
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for line in _sse([chunk("Your parcel"), chunk(" left the")]):
+            await response.write(line)
+        await asyncio.sleep(ROUND_GAP_S)
+        second = chunk(" warehouse.", x_continuation_round=1) if marked else chunk(" warehouse.")
+        for line in _sse([second, {"id": "r1", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 6}}]):
+            await response.write(line)
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    outcome = Outcome(seq=0, due_s=0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            shot = Shot(seq=0, due_s=0, url=url, body={"messages": [], "stream": True})
+            await chat_once(session, shot, outcome, time.monotonic())
+    finally:
+        await runner.cleanup()
+    return outcome
+
+
+def test_a_continued_stream_ends_its_first_round_with_the_last_chunk_before_the_mark():
+    outcome = asyncio.run(_gateway_like(marked=True))
+    assert outcome.ok and outcome.reply_tokens == 6
+    assert outcome.ttft_s <= outcome.first_round_s
+    # The marked chunk left the server ROUND_GAP_S after round 1's last one, so it cannot have arrived sooner.
+    assert outcome.first_round_s + ROUND_GAP_S <= outcome.e2e_s
+
+
+def test_an_unmarked_stream_ends_its_first_round_at_its_end():
+    outcome = asyncio.run(_gateway_like(marked=False))
+    assert outcome.ok and outcome.first_round_s == outcome.e2e_s

@@ -117,3 +117,13 @@ def test_a_run_whose_shares_never_report_is_ended_failed_and_its_key_revoked(wor
     key.refresh_from_db()
     assert run.status == "failed" and "did not report" in run.error and run.finished_at is not None
     assert key.revoked_at is not None
+
+
+def test_a_ladder_run_is_started_with_its_steps_and_its_duration_is_theirs(world, api_for):
+    response = start(api_for, qps=None, pacing="ladder", qps_steps=[10, 20, 40], step_s=15, duration_cap_s=5)
+    assert response.status_code == 201, response.json()
+    run = response.json()
+    assert (run["pacing"], run["qps"], run["qps_steps"], run["step_s"]) == ("ladder", None, [10.0, 20.0, 40.0], 15)
+    assert run["duration_cap_s"] == 45  # three steps of 15 s, whatever the cap asked
+    entry = ReplayRun.objects.get(pk=run["id"])
+    assert entry.ladder.qps_steps == (10.0, 20.0, 40.0) and entry.ladder.step_s == 15.0

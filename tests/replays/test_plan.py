@@ -93,3 +93,16 @@ def test_conversations_without_a_user_message_are_skipped():
 
     silent = LogConversation("s", 1.0, [LogMessage("assistant", "hello")])
     assert plan.plan([silent, *log()[:1]], Spec(qps=1)) and plan.select([silent], Spec()) == []
+
+
+def test_a_ladder_paces_each_step_at_its_own_rate_back_to_back():
+    many = [conversation(f"c{i}", None, "q") for i in range(2000)]
+    uniform = plan.plan(many, Spec(pacing="ladder", qps_steps=(2, 4), step_s=1, arrival="uniform", duration_cap_s=2))
+    assert [r.at for r in uniform] == [0, 0.5, 1, 1.25, 1.5, 1.75, 2.0]
+    spec = Spec(pacing="ladder", qps_steps=(50, 150, 300), step_s=4, seed=5, duration_cap_s=12)
+    requests = plan.plan(many, spec)
+    counts = [sum(1 for r in requests if step * 4 <= r.at < (step + 1) * 4) for step in range(3)]
+    # Poisson counts: 200, 600 and 1,200 expected; five standard deviations either way.
+    for count, expected in zip(counts, (200, 600, 1200), strict=True):
+        assert abs(count - expected) < 5 * expected**0.5, counts
+    assert plan.plan(many, spec) == requests and requests[-1].at <= 12

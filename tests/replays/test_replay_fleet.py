@@ -84,6 +84,9 @@ def test_a_log_replayed_through_three_gateways_gives_one_row_per_request(fleet, 
     assert first.tier in ("strict", "normal", "creative") and first.tier_rule
     assert first.max_tokens == 256 and first.ttft_s is not None and first.e2e_s >= first.ttft_s
     assert first.reply_tokens and first.prompt_tokens and first.continuation_rounds is not None
+    for row in rows:
+        assert row.ttft_s <= row.first_round_s <= row.e2e_s
+        assert (row.first_round_s < row.e2e_s) == (row.continuation_rounds > 0), row
     # The order-number message is decided by the strict regexes; the classifier names an intent for most.
     assert rows.filter(conversation_id="c0", turn=0).get().tier == "strict"
     assert rows.exclude(intent="").exists()

@@ -70,6 +70,9 @@ def test_a_replay_through_real_vllm_records_its_usage(vllm_python, tiny_model_di
             assert row.max_tokens == 16 and row.prompt_tokens > 0 and row.reply_tokens > 0
             assert row.ttft_s is not None and row.e2e_s >= row.ttft_s
             assert row.continuation_rounds is not None
+            # The first round ends with its last chunk: before the end when the gateway continued the reply.
+            assert row.ttft_s <= row.first_round_s <= row.e2e_s
+            assert (row.first_round_s < row.e2e_s) == (row.continuation_rounds > 0), row
         assert run.pool_metrics["simulated_nodes"] == 0
     finally:
         gateway.stop()

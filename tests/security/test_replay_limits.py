@@ -2,6 +2,8 @@
 override, only the pool's own nodes can be targeted, and QPS, duration and total requests are capped by settings
 (each refusal names its field). Exports cannot carry a spreadsheet formula out of a log."""
 
+import json
+
 import pytest
 from django.utils import timezone
 
@@ -153,3 +155,36 @@ def test_nul_bytes_and_odd_names_get_a_400_or_nothing_never_a_500(world, api_for
     assert create(api_for, "agent", pool="stag\x00ing").status_code == 400
     listed = api_for("oncall").get("/api/v1/replays/", {"pool": "stag\x00ing"})
     assert listed.status_code == 200 and listed.json()["results"] == []
+
+
+def test_hostile_ladders_are_refused_naming_the_field(world, api_for):
+    cases = [
+        ({"qps_steps": [5, 10], "step_s": 5}, "qps"),  # qps beside a ladder
+        ({"qps_steps": [5], "step_s": 5}, "qps_steps"),  # one step is no ladder
+        ({"qps_steps": [1] * 5000, "step_s": 5}, "qps_steps"),  # a huge list is refused before it is read
+        ({"qps_steps": [10, 5], "step_s": 5}, "qps_steps"),  # going down
+        ({"qps_steps": [5, 5], "step_s": 5}, "qps_steps"),
+        ({"qps_steps": [5, 1e9], "step_s": 5}, "qps_steps[1]"),  # past the QPS cap
+        ({"qps_steps": [5, 10]}, "step_s"),
+        ({"qps_steps": [5, 10], "step_s": 0}, "step_s"),
+        ({"qps_steps": [5, 10], "step_s": 10**9}, "step_s"),
+        ({"qps_steps": [5, "ten"], "step_s": 5}, "qps_steps"),
+    ]
+    for fields, field in cases:
+        body = {"pool": "staging", "pacing": "ladder", **fields}
+        if "qps" not in fields and field != "qps":
+            body["qps"] = None
+        response = create(api_for, "agent", **body)
+        assert response.status_code == 400, (fields, response.json())
+        assert field in json.dumps(response.json()), (fields, response.json())
+    # Steps on a run that is not a ladder are refused too, rather than silently ignored.
+    response = create(api_for, "agent", pool="staging", qps_steps=[5, 10], step_s=5)
+    assert response.status_code == 400 and field_of(response) == "qps_steps"
+    assert not ReplayRun.objects.exists()
+
+
+def test_a_ladder_past_the_request_cap_is_refused(world, api_for, settings):
+    settings.REPLAY_MAX_REQUESTS = 1000
+    response = create(api_for, "agent", pool="staging", pacing="ladder", qps=None, qps_steps=[20, 40], step_s=30)
+    assert response.status_code == 400 and field_of(response) == "qps_steps", response.json()
+    assert "1800 requests" in response.json()["error"]

@@ -30,6 +30,8 @@ class ReplayForm(forms.Form):
     top_n = forms.IntegerField(required=False)
     pacing = forms.ChoiceField(choices=ReplayRun.Pacing.choices)
     qps = forms.FloatField(required=False)
+    qps_steps = forms.CharField(max_length=200, required=False, help_text="ladder: QPS steps, lowest first")
+    step_s = forms.IntegerField(required=False, help_text="ladder: seconds per step")
     arrival = forms.ChoiceField(choices=ReplayRun.Arrival.choices)
     time_scale = forms.FloatField(required=False)
     duration_cap_s = forms.IntegerField(initial=300)
@@ -57,6 +59,7 @@ def replay_new(request):
     if request.method == "POST":
         if form.is_valid():
             data = form.cleaned_data
+            ladder = data["pacing"] == ReplayRun.Pacing.LADDER
             try:
                 run = services.replay_run_create(
                     actor=request.user,
@@ -70,7 +73,9 @@ def replay_new(request):
                     sample_seed=data["sample_seed"],
                     top_n=data["top_n"],
                     pacing=data["pacing"],
-                    qps=data["qps"],
+                    qps=None if ladder else data["qps"],
+                    qps_steps=_steps(data["qps_steps"]) if ladder else None,
+                    step_s=data["step_s"] if ladder else None,
                     arrival=data["arrival"],
                     time_scale=data["time_scale"],
                     duration_cap_s=data["duration_cap_s"],
@@ -83,6 +88,17 @@ def replay_new(request):
                 return redirect("dashboard:replay-detail", pk=run.pk)
         status = 400
     return render(request, "replays/replay_new.html", {"form": form}, status=status)
+
+
+def _steps(text: str) -> list:
+    """`10, 20, 40` as numbers; a word that is not one stays as it is for the service to name."""
+    steps = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            steps.append(float(part))
+        except ValueError:
+            steps.append(part)
+    return [step for step in steps if step != ""]
 
 
 @page()

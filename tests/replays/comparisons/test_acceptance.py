@@ -1,22 +1,24 @@
-"""Acceptance: the same generated log replayed at the same QPS through three simulator agents against (a) defaults
-(max_tokens 512, temperature 0.7, no batching limits) and (b) the field report's template (the seed YAML: first-turn
-cap 256 with continuation, `legal` whitelist, batching), then compared.
+"""Acceptance: the same generated log replayed through three simulator agents against (a) defaults (max_tokens 512,
+temperature 0.7, no batching limits) and (b) the field report's template (the seed YAML: first-turn cap 256 with
+continuation, `legal` whitelist, batching), at the same QPS and as a QPS ladder, then compared.
 
 Everything measured here comes from the vLLM-protocol simulator (engine_node.simulator, the demo profile sized to
 the report's tuned deployment): the figures are simulated, not vLLM measurements, and the test prints them so.
 
-The report saw P99 fall (4.1 s to 2.8 s) and throughput rise (+36 %) from the cap alone. The simulator does not
-reproduce that direction, and the test does not assert it: the gateway continues every reply the cap cut
-mid-sentence (as a real model cut at an arbitrary token almost always is), so the template generates as many tokens
-as the defaults and each continued reply re-reads the same KV; docs/comparisons.md gives the figures and the
-reasoning. What the test asserts instead is that mechanism: the template's cut replies were continued, the
-defaults' never.
+The report saw P99 fall (4.1 s to 2.8 s) and throughput rise to 68 QPS (+36 %) from the cap alone. Its response time
+is what the user waits for, the end of the first round (the continuation streams behind it), and its throughput a
+capacity, the QPS sustained with P99 <= 1.8 s. The test asserts what the simulator produces of that: at the same QPS
+the template's first-round P99 is lower than the defaults', beyond noise (its first round is at most 256 tokens);
+the end-to-end P99 of the spliced answer is not (the gateway continues every reply the cap cut, so the template
+generates as many tokens). The sustained QPS of each ladder is printed, not asserted: in the simulator the two
+versions sustain the same step, and above it the template's admission limits queue requests sooner than the
+defaults' unlimited batching (docs/comparisons.md).
 """
 
 import json
 
 import pytest
-from django.db.models import Count
+from django.db.models import Count, F
 
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
@@ -53,8 +55,16 @@ QUESTIONS = [
     "发票抬头写错了怎么改，订单号 {n}",
     "物流显示已签收但我没收到，单号 {n}",
 ]
-CONVERSATIONS = 900
-QPS = 30
+CONVERSATIONS = 650
+# 20 QPS, not the report's 50: the three agents, their simulators, the control plane and the load generator share
+# two CPU cores here, and a starved event loop makes every simulated step late; the template's admission bound
+# (4 x batch.max_size in flight per node) then queues at the gateway while the defaults' unbounded batching does not.
+QPS = 20
+SAME_QPS_S = 25  # about 500 requests
+# Sustained QPS: steps of 5 s at 20, 40 and 60 QPS (600 requests), each judged on its first-round P99 <= 1.8 s; the
+# last step is near where both versions stop meeting it here.
+LADDER = [20, 40, 60]
+STEP_S = 5
 
 
 def festival_log(count: int) -> str:
@@ -116,9 +126,10 @@ def _wait_applied(version):
     )
 
 
-def replay(agent, pool, log, label: str) -> ReplayRun:
+def replay(agent, pool, log, label: str, **pacing) -> ReplayRun:
+    pacing = pacing or {"qps": QPS, "duration_cap_s": SAME_QPS_S}
     run = replay_run_create(
-        actor=agent, pool=pool, log=log, reason="acceptance", label=label, qps=QPS, arrival="poisson", seed=7
+        actor=agent, pool=pool, log=log, reason="acceptance", label=label, arrival="poisson", seed=7, **pacing
     )
     run = wait_until(
         lambda: (r := ReplayRun.objects.get(pk=run.pk)).status in ReplayRun.FINISHED and r, 180, f"{label} to finish"
@@ -135,16 +146,22 @@ def test_defaults_and_the_report_template_replayed_and_compared(demo_fleet, sre,
     seed = template_version_create(actor=sre, template=template, document=seed_document, base_number=1)
     log = store_log(agent, festival_log(CONVERSATIONS))
 
+    ladder = {"pacing": "ladder", "qps_steps": LADDER, "step_s": STEP_S}
     publish_and_wait(sre, demo_fleet, defaults)
     baseline = replay(agent, demo_fleet, log, "defaults")
+    baseline_ladder = replay(agent, demo_fleet, log, "defaults ladder", **ladder)
     publish_and_wait(sre, demo_fleet, seed)
     tuned = replay(agent, demo_fleet, log, "report template")
+    tuned_ladder = replay(agent, demo_fleet, log, "report template ladder", **ladder)
 
     comparison = replay_comparison_create(actor=agent, run_ids=[baseline.pk, tuned.pk], label="acceptance")
     result = comparison.result
     rows = {row["key"]: row for row in result["figures"]}
     print("\nSIMULATED (vLLM-protocol simulator, demo profile; not vLLM measurements)")
     for key in (
+        "latency.first_round_s.p50",
+        "latency.first_round_s.p99",
+        "latency.first_round_s.p999",
         "latency.e2e_s.p50",
         "latency.e2e_s.p99",
         "latency.e2e_s.p999",
@@ -167,10 +184,36 @@ def test_defaults_and_the_report_template_replayed_and_compared(demo_fleet, sre,
             f"output tokens {figures['figures']['throughput']['output_tokens']}"
         )
     print("  verdict:", result["verdict"][0])
+    sustained = replay_comparison_create(actor=agent, run_ids=[baseline_ladder.pk, tuned_ladder.pk], label="ladder")
+    ladders = [run["figures"]["ladder"] for run in sustained.result["runs"]]
+    for name, block in zip(("defaults", "report"), ladders, strict=True):
+        steps = ", ".join(
+            f"{s['qps']:g} QPS: P99 {s['p99_s']} s{' missed' if s['violations'] else ''}" for s in block["steps"]
+        )
+        print(f"  ladder {name:<8} sustained {block['sustained_qps']:g} QPS ({steps})")
+    print("  ladder verdict:", sustained.result["verdict"][0])
     for run in (baseline, tuned):
         failures = run.requests.filter(ok=False).values_list("status_code", "error").annotate(n=Count("pk"))
-        assert run.requests.count() == CONVERSATIONS and not failures, (run.pk, list(failures)[:5])
+        assert run.requests.count() == run.planned > QPS * SAME_QPS_S * 0.9 and not failures, (run.pk, failures[:5])
     assert result["is_simulated"] is True
+    # What the user waits for: the template's first round is capped at 256 tokens (the continuation streams behind
+    # it), so its first-round P99 is lower than the defaults' (whose first round is the whole reply), beyond noise.
+    first = rows["latency.first_round_s.p99"]
+    assert first["values"][1] < first["values"][0], first["values"]
+    assert first["comparisons"][0]["beyond_noise"] and first["comparisons"][0]["direction"] == "better", first
+    assert "first-round P99 -" in result["verdict"][0]
+    # The defaults continue nothing: their first round is their whole answer. Each continued reply of the template
+    # ended its first round (the gateway's mark) before its end.
+    assert rows["latency.first_round_s.p99"]["values"][0] == rows["latency.e2e_s.p99"]["values"][0]
+    assert not baseline.requests.filter(ok=True).exclude(first_round_s=F("e2e_s")).exists()
+    continued = tuned.requests.filter(ok=True, continuation_rounds__gt=0)
+    assert continued.exists() and not continued.filter(first_round_s__gte=F("e2e_s")).exists()
+    # Every ladder step was sent and is judged on its own requests (the sustained step's are listed behind the figure).
+    for run, block in zip((baseline_ladder, tuned_ladder), ladders, strict=True):
+        assert [s["qps"] for s in block["steps"]] == LADDER and all(s["requests"] for s in block["steps"]), block
+        assert block["sustained_qps"] in (0.0, *LADDER)
+        requests, info = figure_requests(run=run, figure="ladder.sustained_qps")
+        assert info["value"] == block["sustained_qps"] and requests.exists()
     # Why the report's direction does not appear: the template's gateway continued the replies its cap cut (9 % of
     # replies are longer than 256 tokens), so they kept their length; the defaults' 512 cap continues nothing.
     rounds = [figures["figures"]["continuation_rounds"] for figures in result["runs"]]

@@ -114,3 +114,53 @@ def test_run_figures_export_and_the_requests_behind_a_figure(api_for, two_runs):
     assert api_for("oncall").get(f"/api/v1/replay-comparisons/{huge}/export/").status_code == 404
     wide = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [slow.pk, huge]}, format="json")
     assert wide.status_code == 400 and "runs:" in wide.json()["error"]
+
+
+def test_first_round_figures_are_served_compared_exported_and_traceable(api_for, two_runs):
+    slow, fast = two_runs
+    figures = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/").json()["figures"]
+    first, e2e = figures["latency"]["first_round_s"], figures["latency"]["e2e_s"]
+    assert first["count"] == e2e["count"] == 800 and first["p99"] < e2e["p99"]  # continued replies end sooner
+    rows = (
+        api_for("oncall")
+        .get(f"/api/v1/replays/{slow.pk}/figures/requests/", {"figure": "latency.first_round_s.p99"})
+        .json()
+    )
+    assert first["p99_seq"] in [r["seq"] for r in rows["results"]]
+    assert all(r["first_round_s"] >= first["p99"] - 1e-6 for r in rows["results"])
+    text = api_for("oncall").get(f"/api/v1/replays/{slow.pk}/figures/export/?format=csv").content.decode()
+    assert f"latency.first_round_s.p99,{first['p99']},{first['p99_seq']}" in text
+    body = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [slow.pk, fast.pk]}, format="json").json()
+    row = next(r for r in body["result"]["figures"] if r["key"] == "latency.first_round_s.p99")
+    assert row["label"] == "first-round latency P99" and row["comparisons"][0]["beyond_noise"] is True
+    assert row["comparisons"][0]["direction"] == "better"
+    assert "first-round P99 -" in body["verdict"][0] and "beyond noise" in body["verdict"][0]
+    assert body["result"]["slo"]["runs"][0]["first_round_p99_s"] == first["p99"]
+
+
+def test_ladder_runs_compare_their_sustained_qps_and_list_the_sustained_steps_requests(
+    api_for, agent, staging, versions
+):
+    v1, v2 = versions
+    steps = {"qps_steps": (20.0, 40.0, 60.0), "step_s": 10, "n": 900}
+    # Log-normal first rounds (sigma 0.4): P99 about 2.5 x the median; 1.0 s misses 1.8 s, 0.5 s meets it.
+    low = finished_run(actor=agent, pool=staging, version=v1, median_s=1.0, seed=3, **steps)
+    high = finished_run(actor=agent, pool=staging, version=v2, median_s=0.5, seed=4, **steps)
+    ladder = api_for("oncall").get(f"/api/v1/replays/{high.pk}/figures/").json()["figures"]["ladder"]
+    assert [s["qps"] for s in ladder["steps"]] == [20.0, 40.0, 60.0]
+    assert [s["requests"] for s in ladder["steps"]] == [300, 300, 300] and ladder["sustained_qps"] == 60.0
+    rows = (
+        api_for("oncall")
+        .get(f"/api/v1/replays/{high.pk}/figures/requests/", {"figure": "ladder.sustained_qps", "page_size": 500})
+        .json()
+    )
+    assert rows["count"] == 300 and all(r["scheduled_at"] >= 20 for r in rows["results"])
+    assert api_for("oncall").get(f"/api/v1/replays/{low.pk}/figures/").json()["figures"]["ladder"]["sustained_qps"] == 0
+    body = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [low.pk, high.pk]}, format="json").json()
+    row = next(r for r in body["result"]["figures"] if r["key"] == "ladder.sustained_qps")
+    assert row["values"] == [0.0, 60.0] and row["better"] == "higher"
+    assert row["comparisons"][0]["beyond_noise"] is True and row["comparisons"][0]["direction"] == "better"
+    assert body["verdict"][0] == (
+        f"Run {high.pk} (chat v2) sustains 60 QPS and run {low.pk} (chat v1) 0 QPS with first-round P99 <= 1.8 s and "
+        "errors within bounds at every step up to it (+60 QPS, beyond noise)."
+    )

@@ -2,10 +2,19 @@
 
 import pytest
 
-from controlplane.replays.figures import latency_cdf, nearest_rank, percentile_of, pool_metrics_summary, run_figures
+from controlplane.replays.figures import (
+    Ladder,
+    latency_cdf,
+    nearest_rank,
+    percentile_of,
+    pool_metrics_summary,
+    run_figures,
+)
 
 
-def record(seq, e2e, *, ok=True, status=200, intent="order_status", sent=0.0, ttft=None, tokens=100, rounds=0):
+def record(
+    seq, e2e, *, ok=True, status=200, intent="order_status", sent=0.0, ttft=None, tokens=100, rounds=0, first=None
+):
     return {
         "seq": seq,
         "intent": intent,
@@ -16,6 +25,9 @@ def record(seq, e2e, *, ok=True, status=200, intent="order_status", sent=0.0, tt
         "ttft_s": ttft if ttft is not None else (e2e / 10 if e2e is not None else None),
         "reply_tokens": tokens if ok else 0,
         "continuation_rounds": rounds,
+        # Not continued: the first round is the whole answer.
+        "first_round_s": first if first is not None else e2e,
+        "scheduled_at": sent,
     }
 
 
@@ -123,3 +135,49 @@ def test_latency_cdf_ends_at_one():
     assert cdf["y"][-1] == 1.0 and cdf["x"][-1] == 1.0
     assert len(cdf["x"]) <= 102
     assert cdf["x"] == sorted(cdf["x"])
+
+
+def test_first_round_percentiles_are_what_the_user_waited_for_and_name_their_request():
+    # Ten requests of 1.0 s end to end; the three continued ones showed their first round after 0.3-0.5 s.
+    records = [record(seq, 1.0, sent=seq) for seq in range(7)]
+    records += [record(7 + i, 1.0 + i, sent=7 + i, rounds=1, first=0.3 + i / 10) for i in range(3)]
+    figures = run_figures(records)
+    first, e2e = figures["latency"]["first_round_s"], figures["latency"]["e2e_s"]
+    assert (e2e["p50"], e2e["p99"], e2e["p99_seq"]) == (1.0, 3.0, 9)
+    # Nearest rank over 0.3, 0.4, 0.5 and seven 1.0: P50 is rank 5, P99 rank 10, both 1.0.
+    assert (first["count"], first["p50"], first["p99"]) == (10, 1.0, 1.0)
+    # Ties are ranked by seq: 0.3, 0.4, 0.5 (seq 7, 8, 9), then 1.0 for seq 0 .. 6; rank 5 is seq 1, rank 10 seq 6.
+    assert (first["p50_seq"], first["p99_seq"], first["p95"]) == (1, 6, 1.0)
+    # A run whose continued replies dominate the tail: the first round's P99 is far below the spliced answer's.
+    slow = [record(seq, 2.5, sent=seq, rounds=1, first=0.8) for seq in range(20)]
+    fast = [record(20 + seq, 0.5, sent=seq) for seq in range(80)]
+    figures = run_figures(slow + fast)
+    assert (figures["latency"]["e2e_s"]["p99"], figures["latency"]["first_round_s"]["p99"]) == (2.5, 0.8)
+
+
+def test_a_ladder_sustains_its_highest_step_within_the_slo_and_no_step_after_a_missed_one():
+    def step(index, first_round, *, count=100, failed=0):
+        start = index * 10
+        return [
+            record(start * 100 + i, first_round + 1.0, sent=start + i / count, first=first_round, ok=i >= failed,
+                   status=200 if i >= failed else 503)
+            for i in range(count)
+        ]  # fmt: skip
+
+    ladder = Ladder(qps_steps=(10.0, 20.0, 30.0, 40.0), step_s=10.0)
+    # First-round P99 1.2, 1.7 s (the spliced answer 2.7 s: the SLO judges the first round), then 1.9 s: 20 QPS.
+    records = step(0, 1.2) + step(1, 1.7) + step(2, 1.9) + step(3, 1.0)
+    block = run_figures(records, ladder=ladder)["ladder"]
+    assert block["latency"] == "first_round_s" and (block["p99_max_s"], block["error_rate_max"]) == (1.8, 0.005)
+    assert [s["qps"] for s in block["steps"]] == [10.0, 20.0, 30.0, 40.0]
+    assert [s["requests"] for s in block["steps"]] == [100] * 4
+    assert [s["p99_s"] for s in block["steps"]] == [1.2, 1.7, 1.9, 1.0]
+    assert block["steps"][2]["violations"] == ["P99 1.900 s above 1.8 s"]
+    assert block["sustained_qps"] == 20.0  # 40 QPS met the SLO, but after a missed step it does not count
+    # Errors count every request of the step: one 503 in 100 is 1 %, above 0.5 %.
+    records = step(0, 1.2) + step(1, 1.2, failed=1) + step(2, 1.2) + step(3, 1.2)
+    block = run_figures(records, ladder=ladder)["ladder"]
+    assert block["steps"][1]["violations"] == ["error rate 1.00% above 0.50%"] and block["sustained_qps"] == 10.0
+    # Missing the first step sustains nothing; a run without a ladder has no ladder figures.
+    assert run_figures(step(0, 2.0), ladder=ladder)["ladder"]["sustained_qps"] == 0.0
+    assert "ladder" not in run_figures(step(0, 2.0))

@@ -6,13 +6,14 @@ import statistics
 
 import pytest
 
-from controlplane.replays.figures import nearest_rank
+from controlplane.replays.figures import Ladder, nearest_rank, run_figures
 from controlplane.replays.noise import (
     Figure,
     base_figures,
     binomial,
     compare_figure,
     difference_interval,
+    ladder_figures,
     quantile_sampler,
     repeat_spread,
     samplers,
@@ -99,3 +100,32 @@ def test_every_base_figure_gets_a_sampler_and_rates_see_a_real_difference():
     assert low > 0  # four points more 503s is well beyond noise at 4,000 requests
     # A sampler on a run without values gives no interval rather than a made-up one.
     assert difference_interval(samplers([], figures)[P99.key], sa[P99.key], seed="e") is None
+
+
+def ladder_run(seed: int, p99_by_step, *, per_step: int = 400):
+    """A ladder run whose step k's first rounds are log-normal with their P99 near p99_by_step[k]."""
+    rng = random.Random(seed)
+    rows = []
+    for index, target in enumerate(p99_by_step):
+        for i in range(per_step):
+            first = rng.lognormvariate(0, 0.3) * target / 2.0  # exp(0.3 * 2.33) ~ 2: the P99 near the target
+            rows.append(record(len(rows), first + 1.0, sent=index * 10 + i * 10 / per_step, rounds=1, first=first))
+    return rows
+
+
+def test_sustained_qps_is_resampled_step_by_step_and_a_clear_gap_is_beyond_noise():
+    ladder = Ladder(qps_steps=(10.0, 20.0, 30.0), step_s=10.0)
+    figure = ladder_figures()[0]
+    lower = ladder_run(1, (1.0, 2.6, 2.6))  # misses the 1.8 s line from 20 QPS
+    higher = ladder_run(2, (1.0, 1.1, 1.2))  # meets it on every step
+    assert run_figures(lower, ladder=ladder)["ladder"]["sustained_qps"] == 10.0
+    assert run_figures(higher, ladder=ladder)["ladder"]["sustained_qps"] == 30.0
+    a = samplers(lower, [figure], ladder=ladder)[figure.key]
+    b = samplers(higher, [figure], ladder=ladder)[figure.key]
+    assert difference_interval(a, b, seed="l") == (20.0, 20.0)
+    # A step whose P99 sits on the line is a coin toss in the resamples: the difference is within noise.
+    edge = ladder_run(3, (1.0, 1.8, 1.2))
+    low, high = difference_interval(samplers(edge, [figure], ladder=ladder)[figure.key], b, seed="e")
+    assert low <= 0 < high
+    # A run without a ladder has no value to resample.
+    assert samplers(lower, [figure])[figure.key](random.Random(0)) is None

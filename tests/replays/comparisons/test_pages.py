@@ -11,6 +11,7 @@ from controlplane.replays.comparison_models import ReplayComparison
 from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
 from tests.replays.factories import finished_run
+from tests.replays.logs import log_lines, store_log
 
 pytestmark = pytest.mark.django_db
 
@@ -106,3 +107,41 @@ def test_the_run_page_shows_figures_of_a_finished_run_and_links_to_compare(agent
     assert 'data-testid="compare-runs"' in client.get(reverse("dashboard:replays")).content.decode()
     preselected = client.get(reverse("dashboard:replay-comparisons"), {"runs": slow.pk}).content.decode()
     assert re.search(rf'value="{slow.pk}" aria-label="compare run {slow.pk}" checked', preselected)
+
+
+def test_pages_show_first_round_figures_and_a_ladders_steps(
+    agent, oncall, staging, versions, two_runs, settings, tmp_path
+):
+    settings.CONVERSATION_LOG_DIR = tmp_path
+    log = store_log(agent, log_lines(5))
+    slow, fast = two_runs
+    client = client_for(oncall)
+    figures = text_of(client.get(reverse("dashboard:replay-figures", args=[slow.pk])))
+    assert "first round (user-facing)" in figures
+    comparison = replay_comparison_create(actor=agent, run_ids=[slow.pk, fast.pk])
+    body = client.get(reverse("dashboard:replay-comparison", args=[comparison.pk])).content.decode()
+    assert f"/replays/{fast.pk}/figures/requests/?figure=latency.first_round_s.p99" in body
+    assert "first-round latency P99" in text_of_html(body) and "first-round P99" in text_of_html(body)
+    steps = {"qps_steps": (20.0, 40.0), "step_s": 10, "n": 400}
+    ladder = finished_run(actor=agent, pool=staging, version=versions[1], median_s=0.5, seed=4, **steps)
+    page = client.get(reverse("dashboard:replay-detail", args=[ladder.pk]))
+    text = text_of(page)
+    assert "ladder 20.0 → 40.0 QPS, 10 s each" in text
+    assert "Ladder: sustained 40 QPS" in text and 'data-testid="run-ladder"' in page.content.decode()
+    behind = client.get(
+        reverse("dashboard:replay-figure-requests", args=[ladder.pk]), {"figure": "ladder.sustained_qps"}
+    )
+    assert behind.status_code == 200 and "200 requests" in text_of(behind)
+    # The new-run form takes a ladder: its steps reach the run, and a descending one is refused naming the field.
+    form = {"pool": staging.name, "log": log.name, "reason": "capacity", "selection": "all", "pacing": "ladder",
+            "qps": 10, "qps_steps": "20, 40", "step_s": 5, "arrival": "poisson", "duration_cap_s": 300}  # fmt: skip
+    created = client_for(agent).post(reverse("dashboard:replay-new"), form)
+    assert created.status_code == 302, text_of(created)
+    run = ReplayRun.objects.get(label="", reason="capacity")
+    assert (run.qps, run.qps_steps, run.step_s, run.duration_cap_s) == (None, [20.0, 40.0], 5, 10)
+    refused = client_for(agent).post(reverse("dashboard:replay-new"), {**form, "qps_steps": "40, 20"})
+    assert refused.status_code == 400 and "qps_steps: must go up" in text_of(refused)
+
+
+def text_of_html(body: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
