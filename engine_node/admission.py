@@ -35,6 +35,10 @@ WINDOW_S = 60.0
 # asyncio runs a timer up to its clock resolution early; a batch due within this is treated as due.
 _DEADLINE_SLACK_S = 0.0005
 _EFFICIENCY_SAMPLES = 10_000
+# "Batch timeout exceeded" (the seed's fault case 1): a request that waited out its batch's timeout and then a whole
+# timeout more without a slot for it (released after 2 x batch.timeout_ms), or that waited the queue timeout and was
+# refused. A partial batch released at its deadline is the batcher working as designed, not a timeout exceeded.
+OVERDUE_TIMEOUTS = 2
 
 _NEW, _QUEUED, _ADMITTED, _DONE = range(4)
 
@@ -154,6 +158,8 @@ class Admission:
         self.recent_batches: collections.deque[tuple[str, int]] = collections.deque(maxlen=64)
         # Called with (queue name, size) for every batch released; the agent's telemetry keeps the window's sizes.
         self.on_batch = None
+        # Called with (queue name, overdue released, refused after the queue timeout) when either is non-zero.
+        self.on_batch_timeouts = None
         metrics.watch_admission(self)
 
     @property
@@ -339,6 +345,8 @@ class Admission:
         refusal = QueueTimeout(retry_after) if self._open.is_set() else GateClosed(retry_after)
         if not ticket.future.done():  # not cancelled: the client is still there to be told
             ticket.future.set_result(self._count_rejection(queue, refusal))
+        if self.on_batch_timeouts is not None:
+            self.on_batch_timeouts(queue.name, 0, 1)
         self._dispatch()
 
     def _unqueue(self, ticket: _Ticket) -> None:
@@ -420,11 +428,17 @@ class Admission:
             return
         now = self._clock()
         self._start(queue, tickets, params, now)
+        overdue_after = OVERDUE_TIMEOUTS * params.timeout_ms / 1000
+        overdue = 0
         for ticket in tickets:
             waited = now - ticket.queued_at
             queue.wait_sum += waited
             queue.wait_metric.observe(waited)
+            if waited > overdue_after:
+                overdue += 1
             ticket.future.set_result(None)
+        if overdue and self.on_batch_timeouts is not None:
+            self.on_batch_timeouts(queue.name, overdue, 0)
 
     def _start(self, queue: _Queue, tickets, params: BatchParams, now: float) -> None:
         size = len(tickets)

@@ -309,3 +309,18 @@ class NodeRestartTrack(models.Model):
 
     def __str__(self) -> str:
         return self.node
+
+
+class NodeTrendTrack(models.Model):
+    """Points of a node's samples the trend detectors look back over (controlplane/alerts/detectors.py).
+
+    One point every ALERT_TREND_POINT_S, kept for the longest detector window; written by the evaluator so the
+    detectors cost one query a pass, not a scan of minutes of 1 s rows per node.
+    """
+
+    node = models.CharField(max_length=64, unique=True)
+    # [[unix time, qps, batch_timeout_rate, requests_waiting, gpu_util, gpu_memory_used], ...], oldest first.
+    points = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return self.node

@@ -3,7 +3,9 @@
 `Telemetry.collect()` scrapes the engine and builds one `{"type": "sample", "t", "window_s", "m"}` message; every
 key of `m` is always present (None when unknown). The agent sends it over the control link only while connected
 and never queues it. Keys and their definitions: SAMPLE_KEYS below, requests.py (request and batch windows),
-engine_scrape.py (engine and GPU figures); queue depths are instant, batch efficiency and idle ratio are the
+engine_scrape.py (engine and GPU figures: `gpu_util` and `gpu_memory_used` from nvidia-smi, or the simulator's
+simulated ones); `batch_timeout_rate` is the window's share of requests whose batch timeout was exceeded
+(engine_node/admission.py, OVERDUE_TIMEOUTS); queue depths are instant, batch efficiency and idle ratio are the
 admission gate's own window figures (engine_node/admission.py), `degraded` is the pool's degradation state in the
 policy bundle and `engine_restarts` counts the engine restarts since the agent started (planned and crash).
 """
@@ -32,7 +34,7 @@ SAMPLE_KEYS = (
     "rejected_rate", "requests_running", "requests_waiting", "kv_cache_usage", "queue_depth_short",
     "queue_depth_long", "batch_size_mean", "batch_size_hist", "batch_efficiency", "batch_idle_ratio",
     "spec_acceptance_rate", "spec_rejection_rate", "fragmentation_ratio", "gpu_util", "sm_util", "length_hist",
-    "long_request_share", "intents", "tiers", "degraded", "engine_restarts",
+    "long_request_share", "intents", "tiers", "degraded", "engine_restarts", "gpu_memory_used", "batch_timeout_rate",
 )  # fmt: skip
 
 
@@ -74,7 +76,11 @@ class Telemetry:
     def build_sample(self, now: float | None = None) -> dict:
         """The sample from what is known now; `now` is on the logs' monotonic clock (default: theirs)."""
         admission = self.admission
-        gpu_util = self.gpu.value() if self.gpu is not None else None
+        gpu_util = gpu_memory_used = None
+        if self.gpu is not None:
+            gpu_util, gpu_memory_used = self.gpu.value(), self.gpu.memory_used()
+        if gpu_util is None and gpu_memory_used is None:
+            gpu_util, gpu_memory_used = self.scraper.simulated_gpu()
         m = {
             **self.requests.stats(now),
             **self.scraper.figures(now),
@@ -84,6 +90,7 @@ class Telemetry:
             "batch_efficiency": _finite(admission.efficiency()),
             "batch_idle_ratio": _finite(admission.idle_ratio()),
             "gpu_util": gpu_util,
+            "gpu_memory_used": gpu_memory_used,
             "sm_util": None,
             "degraded": 1 if self._degraded() else 0,
             "engine_restarts": int(self._engine_restarts()),

@@ -8,7 +8,10 @@ definition in vllm/v1/spec_decode/metrics.py); a counter that goes down (engine 
 A failed scrape leaves every engine figure None.
 
 GPU utilisation is `utilization.gpu` from one long-running `nvidia-smi --query-gpu=... -l 1` (no process spawn per
-sample), averaged over the host's GPUs. SM utilisation stays None: utilization.gpu is the share of time any kernel
+sample), averaged over the host's GPUs; GPU memory used is `memory.used / memory.total` from the same lines, the
+host's GPUs together (the leak detector's second input). On the simulator, which has no GPU, both come from its own
+`sim:gpu_utilization_ratio` and `sim:gpu_memory_used_ratio` (simulated, like everything it reports).
+SM utilisation stays None: utilization.gpu is the share of time any kernel
 ran, not SM occupancy, and the honest source (DCGM's profiling counters) is not something the agent can count on.
 """
 
@@ -31,11 +34,13 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 FRAGMENTATION = "sim:memory_fragmentation_ratio"
+SIM_GPU_UTIL = "sim:gpu_utilization_ratio"
+SIM_GPU_MEMORY_USED = "sim:gpu_memory_used_ratio"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 # Families whose lines are parsed; a prefix match also keeps e.g. _by_reason and _per_pos, dropped after parsing.
 FAMILIES = (RUNNING, WAITING, KV_USAGE, FRAGMENTATION, "vllm:spec_decode_num_draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens")  # fmt: skip
+            "vllm:spec_decode_num_accepted_tokens", SIM_GPU_UTIL, SIM_GPU_MEMORY_USED)  # fmt: skip
 _PREFIXES = tuple(prefix + name for name in FAMILIES for prefix in ("", "# HELP ", "# TYPE "))
 SCRAPE_TIMEOUT_S = 0.8
 GPU_STALE_S = 5.0
@@ -67,6 +72,8 @@ def parse_engine_metrics(text: str) -> dict:
         "fragmentation_ratio": mean(FRAGMENTATION),
         "draft_tokens": total(DRAFT_TOKENS),
         "accepted_tokens": total(ACCEPTED_TOKENS),
+        "sim_gpu_util": mean(SIM_GPU_UTIL),
+        "sim_gpu_memory_used": mean(SIM_GPU_MEMORY_USED),
     }
 
 
@@ -140,20 +147,36 @@ class EngineScraper:
             "fragmentation_ratio": latest.get("fragmentation_ratio"),
         }
 
+    def simulated_gpu(self) -> tuple[float | None, float | None]:
+        """(GPU utilisation, GPU memory used) the simulator reports for its pretend GPU; None on real vLLM."""
+        latest = self.latest or {}
+        return latest.get("sim_gpu_util"), latest.get("sim_gpu_memory_used")
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
 
 
-def parse_utilisation(line: str) -> tuple[int, float] | None:
-    """`index, utilization.gpu` as nvidia-smi prints it with nounits; None for "[N/A]" or a malformed line."""
+def parse_utilisation(line: str) -> tuple[int, float, tuple[float, float] | None] | None:
+    """`index, utilization.gpu, memory.used, memory.total` as nvidia-smi prints them with nounits: (index,
+    utilisation, (used MiB, total MiB) or None where memory is "[N/A]"); None for an unknown utilisation or a
+    malformed line."""
     fields = [field.strip() for field in line.split(",")]
-    if len(fields) != 2:
+    if len(fields) not in (2, 4):
         return None
     try:
-        return int(fields[0]), float(fields[1]) / 100.0
+        index, util = int(fields[0]), float(fields[1]) / 100.0
     except ValueError:
         return None
+    memory = None
+    if len(fields) == 4:
+        try:
+            used, total = float(fields[2]), float(fields[3])
+        except ValueError:
+            used = total = 0.0
+        if total > 0 and used >= 0:
+            memory = (used, total)
+    return index, util, memory
 
 
 class GpuUtilisation:
@@ -162,6 +185,7 @@ class GpuUtilisation:
     def __init__(self, *, clock=time.monotonic):
         self._clock = clock
         self._latest: dict[int, tuple[float, float]] = {}
+        self._memory: dict[int, tuple[float, float, float]] = {}
         self._task: asyncio.Task | None = None
         self._process: asyncio.subprocess.Process | None = None
 
@@ -174,13 +198,29 @@ class GpuUtilisation:
         fresh = [util for at, util in self._latest.values() if at >= horizon]
         return math.fsum(fresh) / len(fresh) if fresh else None
 
+    def memory_used(self) -> float | None:
+        """Memory used over memory total of the host's GPUs with a fresh reading; None when there is none."""
+        horizon = self._clock() - GPU_STALE_S
+        fresh = [(used, total) for at, used, total in self._memory.values() if at >= horizon]
+        total = math.fsum(t for _, t in fresh)
+        return math.fsum(u for u, _ in fresh) / total if total > 0 else None
+
     def feed(self, line: str) -> None:
         parsed = parse_utilisation(line)
         if parsed is not None:
-            self._latest[parsed[0]] = (self._clock(), parsed[1])
+            index, util, memory = parsed
+            at = self._clock()
+            self._latest[index] = (at, util)
+            if memory is not None:
+                self._memory[index] = (at, *memory)
 
     async def _run(self) -> None:
-        query = ["--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits", "-l", "1"]
+        query = [
+            "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+            "--format=csv,noheader,nounits",
+            "-l",
+            "1",
+        ]
         while True:
             try:
                 self._process = await asyncio.create_subprocess_exec(
