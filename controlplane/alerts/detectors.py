@@ -5,18 +5,23 @@
   batcher saw at least TIMEOUT_SHARE_MIN of the recent window's requests wait past their batch timeout
   (`batch_timeout_rate`, engine_node/admission.py), or vLLM's own queue (`requests_waiting`) held at least
   WAITING_MIN requests on average. The value is then the drop of the recent window's mean throughput against the
-  baseline window's (1 - recent / baseline), else 0; None while the baseline is too short or too quiet to compare.
+  baseline window's median (1 - recent / baseline), else 0; None while the baseline is too short or too quiet to
+  compare. A collapse that outlasts half the baseline window becomes the new baseline and the alert resolves: by then
+  it has paged, and the P99 and rejection figures carry on showing it.
 - `gpu_memory_leak`, case 2 (显存泄漏: GPU-Util 持续下降，但显存占用缓慢上升). Not a threshold on either figure:
   least-squares lines through the window's points of GPU utilisation and GPU memory used. The value is the memory
   line's rise over the window (a share of GPU memory) when utilisation's line fell by at least UTIL_FALL_MIN over
-  the same window and memory rose steadily (the line explains at least MEMORY_R2_MIN of its variance: a creep, not
-  one step such as an engine starting); else 0. None while the points cover less than COVERAGE_MIN of the window.
+  the same window and memory crept up: the line explains at least MEMORY_R2_MIN of its variance, and no single
+  step between two points carries more than STEP_SHARE_MAX of the rise (one jump is an engine allocating its
+  pool, not a leak); else 0. None while the points cover less than COVERAGE_MIN of the window.
 
 Windows and the point spacing are settings (ALERT_TREND_POINT_S, ALERT_BATCH_TIMEOUT_WINDOW_S,
 ALERT_BATCH_TIMEOUT_BASELINE_S, ALERT_LEAK_WINDOW_S); the evaluator keeps the points in `NodeTrendTrack` rows.
 """
 
+import itertools
 import math
+import statistics
 from datetime import datetime
 
 from django.conf import settings
@@ -38,6 +43,7 @@ BASELINE_QPS_MIN = 0.5
 # Utilisation falling by 10 points over the window; memory's rise must be a steady line, not a step.
 UTIL_FALL_MIN = 0.10
 MEMORY_R2_MIN = 0.5
+STEP_SHARE_MAX = 0.5
 COVERAGE_MIN = 0.8
 
 
@@ -107,7 +113,7 @@ def batch_timeout_drop(points: list[list], *, now: float) -> float | None:
     before = [p for p in points if split - baseline_s < p[0] <= split and p[1] is not None]
     if len(recent) < 2 or len(before) < 2 or before[-1][0] - before[0][0] < baseline_s / 2:
         return None
-    baseline = _mean([p[1] for p in before])
+    baseline = statistics.median(p[1] for p in before)
     if baseline < BASELINE_QPS_MIN:
         return None
     timeouts = _mean([p[2] or 0.0 for p in recent]) >= TIMEOUT_SHARE_MIN
@@ -138,6 +144,8 @@ def gpu_memory_leak(points: list[list], *, now: float) -> float | None:
     times = [p[0] for p in inside]
     util_slope, _ = line(times, [p[4] for p in inside])
     memory_slope, memory_r2 = line(times, [p[5] for p in inside])
-    if util_slope * window > -UTIL_FALL_MIN or memory_r2 < MEMORY_R2_MIN:
+    rise = memory_slope * window
+    if util_slope * window > -UTIL_FALL_MIN or memory_r2 < MEMORY_R2_MIN or rise <= 0:
         return 0.0
-    return max(0.0, memory_slope * window)
+    largest_step = max(abs(b[5] - a[5]) for a, b in itertools.pairwise(inside))
+    return rise if largest_step <= STEP_SHARE_MAX * rise else 0.0
