@@ -114,8 +114,15 @@ class Gateway:
         if chat.stream:
             # The admission slot goes with the generation, which may outlive this handler (a dropped client).
             return await self._stream(request, chat, decision, body, headers, ticket, started)
+        first_content_at = None
         try:
-            answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
+            if decision.generate_as_stream and streamable(body):
+                answer, first_content_at = await completion.complete_streamed(
+                    self._http(), self._chat_url(), body, decision, {}
+                )
+                headers["X-Generated-As-Stream"] = "true"
+            else:
+                answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
         except completion.UpstreamError as exc:
             self.record(started, "error" if exc.status >= 500 else "client_error", decision)
             return upstream_refused(exc, headers)
@@ -125,7 +132,8 @@ class Gateway:
         finally:
             await ticket.__aexit__(None, None, None)
         metrics.REQUESTS.labels(outcome="ok").inc()
-        self.record(started, "ok", decision, usage=answer.get("usage"))
+        ttft = first_content_at - started if first_content_at is not None else None
+        self.record(started, "ok", decision, usage=answer.get("usage"), ttft_s=ttft)
         headers["X-Continuation-Rounds"] = str(answer.pop("x_continuation_rounds", 0))
         return web.json_response(answer, headers=headers, dumps=openai_api.compact_json)
 
@@ -334,6 +342,16 @@ def apply_decision(body: dict, decision: Decision) -> dict:
     if decision.max_tokens is not None:
         forwarded["max_tokens"] = decision.max_tokens
     return forwarded
+
+
+# Request fields whose answer the joined chunks of a stream would not carry whole (token logprobs, tool calls, several
+# choices): such a request is generated as JSON whatever its length.
+_NOT_JOINABLE = ("logprobs", "top_logprobs", "tools", "functions", "tool_choice", "function_call")
+
+
+def streamable(body: dict) -> bool:
+    """Whether a non-streaming request's answer can be generated as a stream and joined without losing anything."""
+    return not any(body.get(key) for key in _NOT_JOINABLE) and body.get("n") in (None, 1)
 
 
 def decision_headers(decision: Decision) -> dict:
