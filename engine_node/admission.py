@@ -18,6 +18,7 @@ from engine_node import metrics
 from engine_node.batching import (  # noqa: F401 - the refusals and batch figures are admission's API too
     DEFAULT_BATCH,
     DEFAULT_PARAMS,
+    OVERDUE_TIMEOUTS,
     AdmissionRejected,
     BatchParams,
     GateClosed,
@@ -35,10 +36,6 @@ WINDOW_S = 60.0
 # asyncio runs a timer up to its clock resolution early; a batch due within this is treated as due.
 _DEADLINE_SLACK_S = 0.0005
 _EFFICIENCY_SAMPLES = 10_000
-# "Batch timeout exceeded" (the seed's fault case 1): a request that waited out its batch's timeout and then a whole
-# timeout more without a slot for it (released after 2 x batch.timeout_ms), or that waited the queue timeout and was
-# refused. A partial batch released at its deadline is the batcher working as designed, not a timeout exceeded.
-OVERDUE_TIMEOUTS = 2
 
 _NEW, _QUEUED, _ADMITTED, _DONE = range(4)
 

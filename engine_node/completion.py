@@ -92,6 +92,16 @@ async def complete(http: aiohttp.ClientSession, url: str, body: dict, decision: 
     return answer
 
 
+# Request fields whose answer the joined chunks of a stream would not carry whole (token logprobs, tool calls, several
+# choices): such a request is generated as JSON whatever its length.
+_NOT_JOINABLE = ("logprobs", "top_logprobs", "tools", "functions", "tool_choice", "function_call")
+
+
+def joinable(body: dict) -> bool:
+    """Whether a non-streaming request's answer can be generated as a stream and joined without losing anything."""
+    return not any(body.get(key) for key in _NOT_JOINABLE) and body.get("n") in (None, 1)
+
+
 async def complete_streamed(
     http: aiohttp.ClientSession, url: str, body: dict, decision: Decision, headers: dict
 ) -> tuple[dict, float | None]:

@@ -116,7 +116,7 @@ class Gateway:
             return await self._stream(request, chat, decision, body, headers, ticket, started)
         first_content_at = None
         try:
-            if decision.generate_as_stream and streamable(body):
+            if decision.generate_as_stream and completion.joinable(body):
                 answer, first_content_at = await completion.complete_streamed(
                     self._http(), self._chat_url(), body, decision, {}
                 )
@@ -342,16 +342,6 @@ def apply_decision(body: dict, decision: Decision) -> dict:
     if decision.max_tokens is not None:
         forwarded["max_tokens"] = decision.max_tokens
     return forwarded
-
-
-# Request fields whose answer the joined chunks of a stream would not carry whole (token logprobs, tool calls, several
-# choices): such a request is generated as JSON whatever its length.
-_NOT_JOINABLE = ("logprobs", "top_logprobs", "tools", "functions", "tool_choice", "function_call")
-
-
-def streamable(body: dict) -> bool:
-    """Whether a non-streaming request's answer can be generated as a stream and joined without losing anything."""
-    return not any(body.get(key) for key in _NOT_JOINABLE) and body.get("n") in (None, 1)
 
 
 def decision_headers(decision: Decision) -> dict:

@@ -34,7 +34,7 @@ FIELDS = ("qps", "batch_timeout_rate", "requests_waiting", "gpu_util", "gpu_memo
 DETECTED = frozenset({signals.BATCH_TIMEOUT_DROP.name, signals.GPU_MEMORY_LEAK.name})
 
 # One request in twenty waiting past its batch timeout is no longer the odd straggler (the batcher's own
-# partial batches at their deadline are not counted: engine_node/admission.py OVERDUE_TIMEOUTS).
+# partial batches at their deadline are not counted: engine_node/batching.py OVERDUE_TIMEOUTS).
 TIMEOUT_SHARE_MIN = 0.05
 # vLLM queues requests itself only when its KV cache or seats are full (the gateway bounds what it sends).
 WAITING_MIN = 1.0

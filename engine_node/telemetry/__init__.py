@@ -5,7 +5,7 @@ key of `m` is always present (None when unknown). The agent sends it over the co
 and never queues it. Keys and their definitions: SAMPLE_KEYS below, requests.py (request and batch windows),
 engine_scrape.py (engine and GPU figures: `gpu_util` and `gpu_memory_used` from nvidia-smi, or the simulator's
 simulated ones); `batch_timeout_rate` is the window's share of requests whose batch timeout was exceeded
-(engine_node/admission.py, OVERDUE_TIMEOUTS); queue depths are instant, batch efficiency and idle ratio are the
+(engine_node/batching.py, OVERDUE_TIMEOUTS); queue depths are instant, batch efficiency and idle ratio are the
 admission gate's own window figures (engine_node/admission.py), `degraded` is the pool's degradation state in the
 policy bundle and `engine_restarts` counts the engine restarts since the agent started (planned and crash).
 """
