@@ -145,8 +145,7 @@ class PassInputs:
 
     def track_trends(self) -> dict[str, dict[str, float | None]]:
         """Per node with a fresh sample, the trend detectors' values (controlplane/alerts/detectors.py)."""
-        points = detectors.trends_update(latest=self.latest(signals.NODE), now=self.now)
-        return {name: detectors.detect(node_points, now=self.now) for name, node_points in points.items()}
+        return detectors.trends_update(latest=self.latest(signals.NODE), now=self.now)
 
 
 def _number(value):

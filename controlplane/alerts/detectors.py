@@ -16,7 +16,8 @@
   pool, not a leak); else 0. None while the points cover less than COVERAGE_MIN of the window.
 
 Windows and the point spacing are settings (ALERT_TREND_POINT_S, ALERT_BATCH_TIMEOUT_WINDOW_S,
-ALERT_BATCH_TIMEOUT_BASELINE_S, ALERT_LEAK_WINDOW_S); the evaluator keeps the points in `NodeTrendTrack` rows.
+ALERT_BATCH_TIMEOUT_BASELINE_S, ALERT_LEAK_WINDOW_S); the evaluator keeps the points in `NodeTrendTrack` rows and
+computes the values when a point is added (their only input), so they are as fresh as the newest point.
 """
 
 import itertools
@@ -60,37 +61,56 @@ def horizon_s() -> float:
     return max(batch, settings.ALERT_LEAK_WINDOW_S) + settings.ALERT_TREND_POINT_S
 
 
-def trends_update(*, latest: dict[str, dict], now: datetime) -> dict[str, list[list]]:
-    """Add a point from each node's fresh sample (at most one per ALERT_TREND_POINT_S), drop those past the
-    horizon, write back what changed; the points of every node with a fresh sample, oldest first."""
+def trends_update(*, latest: dict[str, dict], now: datetime) -> dict[str, dict[str, float | None]]:
+    """The detectors' values for every node with a fresh sample.
+
+    A node whose last point is ALERT_TREND_POINT_S old or more gets a point from its sample, loses those past the
+    horizon, and its values are computed again and stored with the points; for the others the stored values stand
+    (their inputs have not changed). Most passes read only the small values column, not minutes of points.
+    """
     t = now.timestamp()
+    period = settings.ALERT_TREND_POINT_S
+    stored = dict(
+        (node, (at, values))
+        for node, at, values in NodeTrendTrack.objects.filter(node__in=list(latest)).values_list(
+            "node", "last_point_at", "values"
+        )
+    )
+    result = {}
+    due = []
+    for name in latest:
+        at, values = stored.get(name, (None, None))
+        if at is None or t - at >= period or t < at:
+            due.append(name)
+        else:
+            result[name] = values
+    if not due:
+        return result
     keep_after = t - horizon_s()
-    tracks = {track.node: track for track in NodeTrendTrack.objects.filter(node__in=list(latest))}
-    created, changed, result = [], [], {}
-    for name, values in latest.items():
-        point = [t, *(_figure(values, key) for key in FIELDS)]
+    tracks = {track.node: track for track in NodeTrendTrack.objects.filter(node__in=due)}
+    created, changed = [], []
+    for name in due:
+        point = [t, *(_figure(latest[name], key) for key in FIELDS)]
         track = tracks.get(name)
         if track is None:
-            created.append(NodeTrendTrack(node=name, points=[point]))
-            result[name] = [point]
-            continue
-        points = [p for p in track.points if p[0] > keep_after and p[0] <= t]
-        if not points or t - points[-1][0] >= settings.ALERT_TREND_POINT_S:
-            points.append(point)
-        if points != track.points:
-            track.points = points
+            track = NodeTrendTrack(node=name, points=[])
+            created.append(track)
+        else:
             changed.append(track)
-        result[name] = points
+        track.points = [p for p in track.points if keep_after < p[0] < t] + [point]
+        track.last_point_at = t
+        track.values = detect(track.points, now=now)
+        result[name] = track.values
     if created:
         NodeTrendTrack.objects.bulk_create(created, ignore_conflicts=True)
     if changed:
-        NodeTrendTrack.objects.bulk_update(changed, ["points"], batch_size=500)
+        NodeTrendTrack.objects.bulk_update(changed, ["points", "last_point_at", "values"], batch_size=500)
     return result
 
 
-def trends_read(*, now: datetime) -> dict[str, dict[str, float | None]]:
-    """Every tracked node's detector values at `now`, without adding points (the Prometheus exposition)."""
-    return {track.node: detect(track.points, now=now) for track in NodeTrendTrack.objects.all()}
+def trends_read() -> dict[str, dict[str, float | None]]:
+    """Every tracked node's detector values as the evaluator last computed them (the Prometheus exposition)."""
+    return dict(NodeTrendTrack.objects.values_list("node", "values"))
 
 
 def detect(points: list[list], *, now: datetime) -> dict[str, float | None]:

@@ -51,7 +51,7 @@ class ControlPlaneCollector:
         yield from self.length_families(latest)
         yield from self.node_families(nodes, now)
         yield self.canary_family(now)
-        yield from self.trend_families(pool_of, now)
+        yield from self.trend_families(pool_of)
         yield from self.alert_families()
         yield from self.loop_families(now)
 
@@ -153,15 +153,15 @@ class ControlPlaneCollector:
             family.add_metric([pool], 1.0 if pool in rolled_back else 0.0)
         return family
 
-    def trend_families(self, pool_of, now):
+    def trend_families(self, pool_of):
         """The trend detectors' values per node, as the evaluator computes them (controlplane/alerts/detectors.py)."""
-        values = detectors.trends_read(now=now)
+        values = detectors.trends_read()
         for signal in (signals.BATCH_TIMEOUT_DROP, signals.GPU_MEMORY_LEAK):
             family = GaugeMetricFamily(
                 signal.prom_series(signals.NODE), signal.label.capitalize(), labels=LABELS[signals.NODE]
             )
             for name, found in sorted(values.items()):
-                if name in pool_of and found[signal.name] is not None:
+                if name in pool_of and found.get(signal.name) is not None:
                     family.add_metric([name, pool_of[name]], found[signal.name])
             yield family
 

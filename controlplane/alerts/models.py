@@ -321,6 +321,9 @@ class NodeTrendTrack(models.Model):
     node = models.CharField(max_length=64, unique=True)
     # [[unix time, qps, batch_timeout_rate, requests_waiting, gpu_util, gpu_memory_used], ...], oldest first.
     points = models.JSONField(default=list)
+    last_point_at = models.FloatField(null=True, blank=True)  # unix time of the newest point
+    # The detectors' values as of the newest point: {"batch_timeout_drop": ..., "gpu_memory_leak": ...}.
+    values = models.JSONField(default=dict)
 
     def __str__(self) -> str:
         return self.node

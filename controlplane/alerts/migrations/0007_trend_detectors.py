@@ -24,6 +24,8 @@ class Migration(migrations.Migration):
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
                 ("node", models.CharField(max_length=64, unique=True)),
                 ("points", models.JSONField(default=list)),
+                ("last_point_at", models.FloatField(blank=True, null=True)),
+                ("values", models.JSONField(default=dict)),
             ],
         ),
         migrations.AlterField(
