@@ -110,7 +110,7 @@ class PassInputs:
             values = self._once("trends", self.track_trends)
             for node in self.nodes():
                 found = values.get(node["name"])
-                yield node["name"], node["pool__name"], UNKNOWN if found is None else found[metric]
+                yield node["name"], node["pool__name"], UNKNOWN if found is None else found.get(metric)
 
     def track_restarts(self) -> dict[str, float]:
         """Per node, the engine-restart counter's increase over the window (a reset counts from zero)."""
