@@ -74,6 +74,8 @@ def sample(t: float, i: int) -> dict:
             "fragmentation_ratio": 0.14,
             "gpu_util": 0.72,
             "sm_util": None,
+            "gpu_memory_used": 0.91,
+            "batch_timeout_rate": 0.0,
             "length_hist": {"le256": 300, "le512": 120, "le1k": 60, "le2k": 15, "gt2k": 5},
             "long_request_share": 0.04,
             "intents": {"order_status": 250, "refund": 120, "product_info": 130},

@@ -392,6 +392,20 @@ LOGGING = {
 NODE_HEARTBEAT_S = env_int("NODE_HEARTBEAT_S", 2)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 10)
 
+# Trend detectors of the seed's two fault cases (controlplane/alerts/detectors.py). The report gives symptoms, not
+# windows: "Batch timeout exceeded" with a sharp throughput drop (the last minute against the five before it), and GPU
+# utilisation falling while memory creeps up "slowly" (a least-squares trend over ten minutes). A point of each node's
+# samples is kept every ALERT_TREND_POINT_S.
+ALERT_TREND_POINT_S = env_int("ALERT_TREND_POINT_S", 10)
+ALERT_BATCH_TIMEOUT_WINDOW_S = env_int("ALERT_BATCH_TIMEOUT_WINDOW_S", 60)
+ALERT_BATCH_TIMEOUT_BASELINE_S = env_int("ALERT_BATCH_TIMEOUT_BASELINE_S", 300)
+ALERT_LEAK_WINDOW_S = env_int("ALERT_LEAK_WINDOW_S", 600)
+if min(ALERT_TREND_POINT_S, ALERT_BATCH_TIMEOUT_WINDOW_S, ALERT_BATCH_TIMEOUT_BASELINE_S, ALERT_LEAK_WINDOW_S) < 1:
+    raise EnvError("ALERT_TREND_POINT_S and the ALERT_*_WINDOW_S / _BASELINE_S settings must be at least 1")
+for _window in ("ALERT_BATCH_TIMEOUT_WINDOW_S", "ALERT_BATCH_TIMEOUT_BASELINE_S", "ALERT_LEAK_WINDOW_S"):
+    if globals()[_window] < 3 * ALERT_TREND_POINT_S:
+        raise EnvError(f"{_window} must hold at least three trend points (3 x ALERT_TREND_POINT_S)")
+
 # Metric history: 1 s rows are kept this long (charts up to an hour), 60 s rows this long (up to a week).
 METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)

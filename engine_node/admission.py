@@ -18,6 +18,7 @@ from engine_node import metrics
 from engine_node.batching import (  # noqa: F401 - the refusals and batch figures are admission's API too
     DEFAULT_BATCH,
     DEFAULT_PARAMS,
+    OVERDUE_TIMEOUTS,
     AdmissionRejected,
     BatchParams,
     GateClosed,
@@ -154,6 +155,8 @@ class Admission:
         self.recent_batches: collections.deque[tuple[str, int]] = collections.deque(maxlen=64)
         # Called with (queue name, size) for every batch released; the agent's telemetry keeps the window's sizes.
         self.on_batch = None
+        # Called with (queue name, overdue released, refused after the queue timeout) when either is non-zero.
+        self.on_batch_timeouts = None
         metrics.watch_admission(self)
 
     @property
@@ -339,6 +342,8 @@ class Admission:
         refusal = QueueTimeout(retry_after) if self._open.is_set() else GateClosed(retry_after)
         if not ticket.future.done():  # not cancelled: the client is still there to be told
             ticket.future.set_result(self._count_rejection(queue, refusal))
+        if self.on_batch_timeouts is not None:
+            self.on_batch_timeouts(queue.name, 0, 1)
         self._dispatch()
 
     def _unqueue(self, ticket: _Ticket) -> None:
@@ -420,11 +425,17 @@ class Admission:
             return
         now = self._clock()
         self._start(queue, tickets, params, now)
+        overdue_after = OVERDUE_TIMEOUTS * params.timeout_ms / 1000
+        overdue = 0
         for ticket in tickets:
             waited = now - ticket.queued_at
             queue.wait_sum += waited
             queue.wait_metric.observe(waited)
+            if waited > overdue_after:
+                overdue += 1
             ticket.future.set_result(None)
+        if overdue and self.on_batch_timeouts is not None:
+            self.on_batch_timeouts(queue.name, overdue, 0)
 
     def _start(self, queue: _Queue, tickets, params: BatchParams, now: float) -> None:
         size = len(tickets)

@@ -104,6 +104,7 @@ class Agent(PushedDocuments, NodeOperations):
         self.restarts = 0
         batches = BatchLog(window_s=WINDOW_S)
         self.admission.on_batch = batches.observe
+        self.admission.on_batch_timeouts = batches.observe_timeouts
         self.telemetry = Telemetry(
             requests=self.requests,
             batches=batches,

@@ -18,6 +18,10 @@ DEFAULT_BATCH = {
 # The seed's get_batch_size(): when the waiting prompts average more than this, only small batches go out.
 LONG_AVERAGE_TOKENS = 1000
 QUEUE_FULL_RETRY_AFTER_S = 1
+# "Batch timeout exceeded" (the seed's fault case 1): a request that waited out its batch's timeout and then a whole
+# timeout more without a slot for it (released after 2 x batch.timeout_ms), or that waited the queue timeout and was
+# refused. A partial batch released at its deadline is the batcher working as designed, not a timeout exceeded.
+OVERDUE_TIMEOUTS = 2
 
 
 class AdmissionRejected(Exception):

@@ -16,6 +16,13 @@ Installed once by a data migration as version 1 of each rule (author: none, the 
   already rolled back); the signal stays up 10 minutes after it so the alert is seen (alerts/signals.py).
 - Pool degraded, 0 s: degradation is entered with its own hysteresis (controlplane/operations/degradation.py);
   the pool's `degraded` figure is the number of its nodes running the degraded bundle.
+- Batch timeout, 10 s: its value already compares a minute with the five before it (controlplane/alerts/
+  detectors.py); ten more seconds keep one pass's wobble from paging. The seed says "骤降" (a sharp drop) without a
+  figure: 30 % of the node's throughput lost while its batches time out is a warning, half of it critical.
+- GPU memory leak, 30 s: a least-squares trend over ten minutes is its own debounce; half a minute more costs nothing
+  against a leak that takes hours. Warning at 2 % of GPU memory gained in the window while utilisation fell by 10
+  points or more (on an 80 GB card, 1.6 GB in ten minutes: vLLM's reservation leaves ~10 % headroom, gone in under
+  an hour at that rate), critical at 5 %.
 - Canary rolled back, 0 s: the rollout's analysis window already is the debounce (controlplane/nodes/services/
   rollouts.py); the signal stays up 10 minutes after the rollback so the alert is seen (alerts/signals.py).
 """
@@ -152,6 +159,28 @@ DEFAULT_RULES: tuple[dict, ...] = (
         "for_s": 0,
         "runbook": "canary-rolled-back",
         "summary": "A canary failed its analysis (P99, errors or spec-decode acceptance) and was rolled back",
+    },
+    {
+        "name": "batch-timeout",
+        "metric": "batch_timeout_drop",
+        "scope": "node",
+        "comparison": "ge",
+        "warn": 0.30,
+        "critical": 0.50,
+        "for_s": 10,
+        "runbook": "batch-timeout-exceeded",
+        "summary": "Batch timeout exceeded with a throughput drop (seed fault case 1, 批量超时): share of QPS lost",
+    },
+    {
+        "name": "gpu-memory-leak",
+        "metric": "gpu_memory_leak",
+        "scope": "node",
+        "comparison": "ge",
+        "warn": 0.02,
+        "critical": 0.05,
+        "for_s": 30,
+        "runbook": "gpu-memory-leak",
+        "summary": "GPU utilisation falling while memory used creeps up (seed fault case 2, 显存泄漏): memory gained",
     },
 )
 

@@ -18,6 +18,9 @@ Per alert (fingerprint = rule + scope + entity name):
 
 Firing alerts of one rule in one pool form one incident (`AlertGroup`): one page, however many nodes. The
 webhook hears of an incident when it fires, escalates or resolves, counting only alerts no silence matches.
+
+What a pass reads and the signals it derives itself (node lost, restarts, the trend detectors, ...) live in
+`controlplane/alerts/derived.py`; this module decides and writes.
 """
 
 import hashlib
@@ -32,8 +35,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.alerts import realtime as alerts_realtime
-from controlplane.alerts import selectors, signals
-from controlplane.alerts.coverage import NoSource, no_source
+from controlplane.alerts import selectors
+from controlplane.alerts.coverage import NoSource
+from controlplane.alerts.derived import UNKNOWN, PassInputs
 from controlplane.alerts.models import (
     SEVERITY_RANK,
     Alert,
@@ -42,12 +46,9 @@ from controlplane.alerts.models import (
     AlertNotification,
     AlertRuleVersion,
     EvaluatorLease,
-    NodeRestartTrack,
     Severity,
 )
 from controlplane.alerts.notifications import webhook_payload
-from controlplane.metrics import selectors as metrics
-from controlplane.nodes.models import EngineNode, Pool, Rollout
 
 # A stored value is refreshed (written and pushed to browsers) at most this often when nothing else changes.
 VALUE_REFRESH_S = 10.0
@@ -55,8 +56,6 @@ VALUE_REFRESH_S = 10.0
 LEASE_S = 30.0
 # Two beat ticks closer than this (duplicate beat, clock skew) run one pass.
 MIN_GAP_S = 1.0
-
-UNKNOWN = object()  # no fresh sample: the value is unknown, which is not the same as OK
 
 
 def fingerprint(rule: str, scope: str, name: str) -> str:
@@ -149,46 +148,13 @@ class _Pass:
         self.events: list[AlertEvent] = []
         self.touched_groups: set[str] = set()
         self.opened_groups: set[str] = set()
-        self._cache: dict[str, object] = {}
-
-    # --- inputs, each read once and only when some rule needs it -------------------------------------------
-
-    def _once(self, key: str, load):
-        if key not in self._cache:
-            self._cache[key] = load()
-        return self._cache[key]
-
-    def latest(self, scope: str) -> dict[str, dict]:
-        return self._once(
-            f"latest.{scope}",
-            lambda: metrics.latest_values(scope=scope, max_age_s=signals.SAMPLE_FRESH_S, now=self.now),
-        )
-
-    def nodes(self) -> list[dict]:
-        fields = (
-            "name", "pool__name", "is_connected", "last_seen_at", "connected_at", "token_hash",
-            "applied_hash", "last_nack_hash", "warmup_state", "warmup_failed_at",
-        )  # fmt: skip
-        return self._once("nodes", lambda: list(EngineNode.objects.values(*fields)))
-
-    def pools(self) -> list[str]:
-        return self._once("pools", lambda: list(Pool.objects.values_list("name", flat=True)))
-
-    def desired_hashes(self) -> dict[str, str]:
-        def load():
-            pools = Pool.objects.filter(desired_version__isnull=False).select_related("desired_version")
-            return {p.name: p.desired_version.content_hash for p in pools}
-
-        return self._once("desired", load)
-
-    def last_samples(self) -> dict[str, datetime]:
-        return self._once("last_sample_at", lambda: metrics.last_sample_at(now=self.now))
+        self.inputs = PassInputs(now)
 
     # --- the pass ------------------------------------------------------------------------------------------
 
     def run(self) -> PassReport:
         for version in self.versions:
-            for name, pool, value in self.entities(version):
+            for name, pool, value in self.inputs.entities(version):
                 self.report.entities += 1
                 self.step(version, name, pool, value)
         for fp, alert in self.open.items():
@@ -198,92 +164,6 @@ class _Pass:
         self.apply_silences()
         self.write()
         return self.report
-
-    def entities(self, version: AlertRuleVersion):
-        """(name, pool, value) for every entity of the rule's scope; value may be None (not holding), UNKNOWN or
-        NoSource."""
-        metric, scope = version.metric, version.scope
-        signal = signals.SIGNALS.get(metric)
-        if signal is None:
-            return
-        if not signal.derived:
-            latest = self.latest(scope)
-            if scope == signals.NODE:
-                names = [(n["name"], n["pool__name"]) for n in self.nodes()]
-            elif scope == signals.POOL:
-                names = [(p, p) for p in self.pools()]
-            else:
-                names = [("fleet", "")]
-            for name, pool in names:
-                values = latest.get(name)
-                if values is None:
-                    yield name, pool, UNKNOWN
-                else:
-                    yield name, pool, no_source(values, metric, scope) or _number(values.get(metric))
-            return
-        if metric == signals.NODE_LOST.name:
-            for node in self.nodes():
-                # A node that never connected is not lost, it is not deployed yet; a revoked one was cut off on purpose.
-                if node["token_hash"] and (node["connected_at"] or node["last_seen_at"]):
-                    yield node["name"], node["pool__name"], 1.0 if node_is_lost(node, self.now) else 0.0
-        elif metric == signals.METRICS_STALE.name:
-            last = self.last_samples()
-            for node in self.nodes():
-                if not node["token_hash"] or node_is_lost(node, self.now):
-                    continue  # a lost node is node-lost's business, not a second page
-                seen = [t for t in (last.get(node["name"]), node["connected_at"]) if t is not None]
-                if seen:
-                    yield node["name"], node["pool__name"], (self.now - max(seen)).total_seconds()
-        elif metric == signals.ROLLOUT_NACKED.name:
-            desired = self.desired_hashes()
-            for node in self.nodes():
-                want = desired.get(node["pool__name"])
-                if want:
-                    nacked = node["last_nack_hash"] == want and node["applied_hash"] != want
-                    yield node["name"], node["pool__name"], 1.0 if nacked else 0.0
-        elif metric == signals.WARMUP_FAILED.name:
-            for node in self.nodes():
-                if node["token_hash"]:
-                    yield node["name"], node["pool__name"], 1.0 if warmup_failed(node, self.now) else 0.0
-        elif metric == signals.CANARY_ROLLED_BACK.name:
-            rolled_back = self._once("rolled_back", lambda: canary_rolled_back_pools(self.now))
-            for pool in self.pools():
-                yield pool, pool, 1.0 if pool in rolled_back else 0.0
-        elif metric == signals.ENGINE_RESTARTS_10M.name:
-            increases = self._once("restarts", self.track_restarts)
-            for node in self.nodes():
-                yield node["name"], node["pool__name"], increases.get(node["name"], UNKNOWN)
-
-    def track_restarts(self) -> dict[str, float]:
-        """Per node, the engine-restart counter's increase over the window (a reset counts from zero)."""
-        latest = self.latest(signals.NODE)
-        tracks = {t.node: t for t in NodeRestartTrack.objects.all()}
-        horizon = self.now.timestamp() - signals.RESTART_WINDOW_S
-        created, changed, result = [], [], {}
-        for name, values in latest.items():
-            value = values.get("engine_restarts")
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                continue
-            value = int(value)
-            track = tracks.get(name)
-            if track is None:
-                # First sight: the counter's history before now is unknown, so it is the baseline.
-                created.append(NodeRestartTrack(node=name, value=value, increases=[]))
-                result[name] = 0.0
-                continue
-            increases = [item for item in track.increases if item[0] >= horizon]
-            rise = value - track.value if value >= track.value else value
-            if rise > 0:
-                increases.append([self.now.timestamp(), rise])
-            if rise or increases != track.increases or value != track.value:
-                track.value, track.increases = value, increases
-                changed.append(track)
-            result[name] = float(sum(item[1] for item in increases))
-        if created:
-            NodeRestartTrack.objects.bulk_create(created, ignore_conflicts=True)
-        if changed:
-            NodeRestartTrack.objects.bulk_update(changed, ["value", "increases"])
-        return result
 
     def step(self, version: AlertRuleVersion, name: str, pool: str, value) -> None:
         rule = version.rule
@@ -515,33 +395,6 @@ class _Pass:
             payload=webhook_payload(group=group, alerts=alerts, status=status),
             created_at=self.now,
         )
-
-
-def _number(value):
-    if isinstance(value, bool):
-        return float(value)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def warmup_failed(node: dict, now: datetime) -> bool:
-    """The node's last warmup failed, or one failed within the window (a rollback's passing warmup follows fast)."""
-    failed_at = node["warmup_failed_at"]
-    recent = failed_at is not None and (now - failed_at).total_seconds() < signals.WARMUP_FAILED_WINDOW_S
-    return node["warmup_state"] == "failed" or recent
-
-
-def canary_rolled_back_pools(now: datetime) -> set[str]:
-    """Pools whose canary analysis failed and was rolled back automatically within the window."""
-    since = now - timedelta(seconds=signals.CANARY_ROLLED_BACK_WINDOW_S)
-    rollouts = Rollout.objects.filter(state=Rollout.State.ROLLED_BACK, finished_at__gte=since)
-    return set(rollouts.values_list("pool__name", flat=True))
-
-
-def node_is_lost(node: dict, now: datetime) -> bool:
-    """EngineNode.is_lost on a values() row."""
-    if not node["is_connected"] or node["last_seen_at"] is None:
-        return True
-    return (now - node["last_seen_at"]).total_seconds() > settings.NODE_LOST_AFTER_S
 
 
 def _enqueue(notification_ids: list[int]) -> None:

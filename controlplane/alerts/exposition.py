@@ -16,8 +16,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from controlplane.accounts.roles import Action
-from controlplane.alerts import signals
-from controlplane.alerts.evaluation import canary_rolled_back_pools, node_is_lost, warmup_failed
+from controlplane.alerts import detectors, signals
+from controlplane.alerts.derived import canary_rolled_back_pools, node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
 from controlplane.lib.loop_health import LoopState, loops_health
 from controlplane.metrics import selectors as metrics
@@ -51,6 +51,7 @@ class ControlPlaneCollector:
         yield from self.length_families(latest)
         yield from self.node_families(nodes, now)
         yield self.canary_family(now)
+        yield from self.trend_families(pool_of)
         yield from self.alert_families()
         yield from self.loop_families(now)
 
@@ -151,6 +152,18 @@ class ControlPlaneCollector:
         for pool in Pool.objects.order_by("name").values_list("name", flat=True):
             family.add_metric([pool], 1.0 if pool in rolled_back else 0.0)
         return family
+
+    def trend_families(self, pool_of):
+        """The trend detectors' values per node, as the evaluator computes them (controlplane/alerts/detectors.py)."""
+        values = detectors.trends_read()
+        for signal in (signals.BATCH_TIMEOUT_DROP, signals.GPU_MEMORY_LEAK):
+            family = GaugeMetricFamily(
+                signal.prom_series(signals.NODE), signal.label.capitalize(), labels=LABELS[signals.NODE]
+            )
+            for name, found in sorted(values.items()):
+                if name in pool_of and found.get(signal.name) is not None:
+                    family.add_metric([name, pool_of[name]], found[signal.name])
+            yield family
 
     def alert_families(self):
         open_alerts = Alert.objects.exclude(state=Alert.State.RESOLVED)

@@ -309,3 +309,21 @@ class NodeRestartTrack(models.Model):
 
     def __str__(self) -> str:
         return self.node
+
+
+class NodeTrendTrack(models.Model):
+    """Points of a node's samples the trend detectors look back over (controlplane/alerts/detectors.py).
+
+    One point every ALERT_TREND_POINT_S, kept for the longest detector window; written by the evaluator so the
+    detectors cost one query a pass, not a scan of minutes of 1 s rows per node.
+    """
+
+    node = models.CharField(max_length=64, unique=True)
+    # [[unix time, qps, batch_timeout_rate, requests_waiting, gpu_util, gpu_memory_used], ...], oldest first.
+    points = models.JSONField(default=list)
+    last_point_at = models.FloatField(null=True, blank=True)  # unix time of the newest point
+    # The detectors' values as of the newest point: {"batch_timeout_drop": ..., "gpu_memory_leak": ...}.
+    values = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return self.node

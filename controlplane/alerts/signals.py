@@ -49,6 +49,8 @@ SAMPLE_METRICS: tuple[Signal, ...] = (
     Signal("fragmentation_ratio", "GPU memory fragmentation", "ratio", _ALL, "memory_fragmentation_ratio"),
     Signal("gpu_util", "GPU utilisation", "ratio", _ALL, "gpu_utilization_ratio"),
     Signal("sm_util", "SM utilisation", "ratio", _ALL, "sm_utilization_ratio"),
+    Signal("gpu_memory_used", "GPU memory used", "ratio", _ALL, "gpu_memory_used_ratio"),
+    Signal("batch_timeout_rate", "requests past their batch timeout", "ratio", _ALL, "batch_timeout_ratio"),
     Signal("long_request_share", "share of requests above 1k tokens", "ratio", _ALL, "long_request_ratio"),
     Signal("degraded", "degradation mode on", "flag", _ALL, "degraded"),
 )
@@ -76,8 +78,26 @@ CANARY_ROLLED_BACK = Signal(
     "canary_rolled_back",
     derived=True,
 )
+# The trend detectors of the seed's two fault cases (controlplane/alerts/detectors.py).
+BATCH_TIMEOUT_DROP = Signal(
+    "batch_timeout_drop",
+    "throughput drop while batch timeouts are exceeded (last minute against the five before)",
+    "ratio",
+    (NODE,),
+    "batch_timeout_throughput_drop_ratio",
+    derived=True,
+)
+GPU_MEMORY_LEAK = Signal(
+    "gpu_memory_leak",
+    "GPU memory used rising over the window while GPU utilisation falls (share of GPU memory)",
+    "ratio",
+    (NODE,),
+    "gpu_memory_leak_rise_ratio",
+    derived=True,
+)
 DERIVED: tuple[Signal, ...] = (
-    NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE, WARMUP_FAILED, CANARY_ROLLED_BACK
+    NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE, WARMUP_FAILED, CANARY_ROLLED_BACK,
+    BATCH_TIMEOUT_DROP, GPU_MEMORY_LEAK,
 )  # fmt: skip
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (*SAMPLE_METRICS, *DERIVED)}

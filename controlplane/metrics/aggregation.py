@@ -11,9 +11,9 @@ in the last few seconds (the ingestor drops older ones, so a lost node leaves th
   "some users wait this long" needs;
 - request-weighted mean (weight: the node's `qps`; an unweighted mean when every weight is 0): `error_rate`,
   `rejected_rate`, `long_request_share`, `batch_efficiency`, `batch_size_mean`, `spec_acceptance_rate`,
-  `spec_rejection_rate`: shares of requests, so a busy node counts for more than an idle one;
+  `spec_rejection_rate`, `batch_timeout_rate`: shares of requests, so a busy node counts for more than an idle one;
 - mean over nodes (each GPU host counts once): `kv_cache_usage`, `batch_idle_ratio`, `fragmentation_ratio`,
-  `gpu_util`, `sm_util`: per-host resource gauges;
+  `gpu_util`, `sm_util`, `gpu_memory_used`: per-host resource gauges;
 - plus `nodes`, how many nodes the row covers.
 
 Null figures are left out of every rule; a figure that is null on every node stays null.
@@ -42,8 +42,9 @@ REQUEST_WEIGHTED = (
     "batch_size_mean",
     "spec_acceptance_rate",
     "spec_rejection_rate",
+    "batch_timeout_rate",
 )
-PER_NODE_MEAN = ("kv_cache_usage", "batch_idle_ratio", "fragmentation_ratio", "gpu_util", "sm_util")
+PER_NODE_MEAN = ("kv_cache_usage", "batch_idle_ratio", "fragmentation_ratio", "gpu_util", "sm_util", "gpu_memory_used")
 ROLLUP_LAST = ("engine_restarts",)
 
 

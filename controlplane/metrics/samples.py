@@ -33,6 +33,8 @@ NULLABLE_FIGURES = (
     "gpu_util",
     "sm_util",
     "long_request_share",
+    "gpu_memory_used",
+    "batch_timeout_rate",
 )
 FIGURES = ("qps",)  # always a number
 COUNTS = ("queue_depth_short", "queue_depth_long", "engine_restarts")  # integers

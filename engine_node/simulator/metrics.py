@@ -77,6 +77,18 @@ class SimulatorMetrics:
             LABELS,
             registry=self.registry,
         ).labels(*labels)
+        self.gpu_utilization = Gauge(
+            "sim:gpu_utilization_ratio",
+            "Share of the last second the simulated GPU computed (simulated).",
+            LABELS,
+            registry=self.registry,
+        ).labels(*labels)
+        self.gpu_memory_used = Gauge(
+            "sim:gpu_memory_used_ratio",
+            "Simulated GPU memory used over its total: the reservation plus any leaked memory (simulated).",
+            LABELS,
+            registry=self.registry,
+        ).labels(*labels)
         sleep_state = Gauge(
             "vllm:engine_sleep_state",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "

@@ -1,6 +1,7 @@
 """A simulator profile: the simulated checkpoint and the parameters of its latency model, read from YAML."""
 
 import json
+import math
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -19,10 +20,12 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class Faults:
-    """Injected misbehaviour: slower steps, failed requests, a failing /health, a crash or a wedged engine."""
+    """Injected misbehaviour: slower steps, failed requests, a failing /health, a crash, a wedged engine, or GPU
+    memory leaking at `memory_leak_mb_per_s` (engine_node/simulator/gpu.py)."""
 
     latency_factor: float = 1.0
     error_rate: float = 0.0
+    memory_leak_mb_per_s: float = 0.0
     unhealthy: bool = False
     crash: bool = False
     hang: bool = False
@@ -46,6 +49,10 @@ class Faults:
                 raise ProfileError("faults.latency_factor: must be greater than 0")
         if "error_rate" in changes:
             values["error_rate"] = _number(changes["error_rate"], "faults.error_rate", low=0.0, high=1.0)
+        if "memory_leak_mb_per_s" in changes:
+            values["memory_leak_mb_per_s"] = _number(
+                changes["memory_leak_mb_per_s"], "faults.memory_leak_mb_per_s", low=0.0, high=1e6
+            )
         return Faults(**values)
 
     def as_dict(self) -> dict:
@@ -132,6 +139,8 @@ def _section(document: dict, name: str) -> dict:
 def _number(value: Any, name: str, low: float | None = None, high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProfileError(f"{name}: must be a number")
+    if not math.isfinite(value):
+        raise ProfileError(f"{name}: must be a finite number")
     if (low is not None and value < low) or (high is not None and value > high):
         raise ProfileError(f"{name}: must be within [{low}, {high}]")
     return float(value)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from engine_node.simulator.gpu import SimulatedGpu
 from engine_node.simulator.kvcache import BlockPool, PrefixCache
 from engine_node.simulator.metrics import SimulatorMetrics
 from engine_node.simulator.model import LatencyModel, SpeculativeConfig, SpeculativeSampler
@@ -74,7 +75,14 @@ class Simulator:
             max_num_seqs=settings.max_num_seqs,
             max_num_batched_tokens=settings.max_num_batched_tokens,
             faults=profile.faults,
+            gpu=SimulatedGpu(
+                total_bytes=profile.kv_cache_bytes,
+                reserved_share=settings.gpu_memory_utilization,
+                leak_mb_per_s=lambda: self.engine.faults.memory_leak_mb_per_s,
+            ),
         )
+        self.metrics.gpu_utilization.set_function(self.engine.gpu.utilization)
+        self.metrics.gpu_memory_used.set_function(self.engine.gpu.memory_used)
         self.engine.update_gauges()
         # Decides which requests an error_rate fault fails; seeded so a run can be replayed.
         self.fault_rng = random.Random(settings.seed)

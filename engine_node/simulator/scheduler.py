@@ -14,6 +14,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from engine_node.simulator.gpu import SimulatedGpu
 from engine_node.simulator.kvcache import BlockPool, PrefixCache
 from engine_node.simulator.metrics import FinishedRequest, SimulatorMetrics
 from engine_node.simulator.model import LatencyModel, SpeculativeSampler
@@ -48,8 +49,10 @@ class Engine:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         faults: Faults,
+        gpu: SimulatedGpu | None = None,
     ) -> None:
         self.latency = latency
+        self.gpu = gpu
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.sampler = sampler
@@ -99,6 +102,8 @@ class Engine:
             return
         self.is_sleeping = False
         self.pool.release_memory()
+        if self.gpu is not None:
+            self.gpu.release()
         self.metrics.record_sleep_state(sleeping=False, level=0)
         self._wakeup.set()
         self.update_gauges()
@@ -131,7 +136,11 @@ class Engine:
             duration = self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor, kv_tokens)
             now = time.monotonic()
             start = now if step_end is None else max(step_end, now - MAX_CATCH_UP_S)
-            step_end = start + duration
+            # A leak's allocator waits come after the compute, with the GPU idle (engine_node/simulator/gpu.py).
+            stall = duration * self.gpu.stall_ratio(now) if self.gpu is not None else 0.0
+            step_end = start + duration + stall
+            if self.gpu is not None:
+                self.gpu.note_compute(start + duration, duration)
             # sleep(0) when behind still lets the HTTP handlers run between steps.
             await asyncio.sleep(max(0.0, step_end - now))
             self.num_steps += 1

@@ -3,12 +3,14 @@
 `Telemetry.collect()` scrapes the engine and builds one `{"type": "sample", "t", "window_s", "m"}` message; every
 key of `m` is always present (None when unknown). The agent sends it over the control link only while connected
 and never queues it. Keys and their definitions: SAMPLE_KEYS below, requests.py (request and batch windows),
-engine_scrape.py (engine figures), memory.py (fragmentation on vLLM), gpu.py (GPU figures); queue depths are
-instant, batch efficiency and idle ratio are the admission gate's own window figures (engine_node/admission.py),
-`degraded` is the pool's degradation state in the policy bundle and `engine_restarts` counts the engine restarts
-since the agent started (planned and crash). `absent` maps each of SOURCED_FIGURES that is null to why (no source
-on this node, no reading yet, ...): such a null means "cannot be measured here", never "healthy"; the control
-plane shows the reason and its alerts say "no source" (controlplane/alerts/coverage.py).
+engine_scrape.py (engine and GPU figures: `gpu_memory_used` from nvidia-smi, or the simulator's simulated
+`gpu_util` and `gpu_memory_used`), memory.py (fragmentation on vLLM), gpu.py (GPU figures); `batch_timeout_rate` is
+the window's share of requests whose batch timeout was exceeded (engine_node/batching.py, OVERDUE_TIMEOUTS); queue
+depths are instant, batch efficiency and idle ratio are the admission gate's own window figures
+(engine_node/admission.py), `degraded` is the pool's degradation state in the policy bundle and `engine_restarts`
+counts the engine restarts since the agent started (planned and crash). `absent` maps each of SOURCED_FIGURES that is
+null to why (no source on this node, no reading yet, ...): such a null means "cannot be measured here", never
+"healthy"; the control plane shows the reason and its alerts say "no source" (controlplane/alerts/coverage.py).
 """
 
 import math
@@ -38,7 +40,8 @@ SAMPLE_KEYS = (
     "rejected_rate", "requests_running", "requests_waiting", "kv_cache_usage", "queue_depth_short",
     "queue_depth_long", "batch_size_mean", "batch_size_hist", "batch_efficiency", "batch_idle_ratio",
     "spec_acceptance_rate", "spec_rejection_rate", "fragmentation_ratio", "gpu_util", "sm_util", "length_hist",
-    "long_request_share", "intents", "tiers", "degraded", "engine_restarts", "absent",
+    "long_request_share", "intents", "tiers", "degraded", "engine_restarts", "gpu_memory_used", "batch_timeout_rate",
+    "absent",
 )  # fmt: skip
 # Figures read from a source the node may not have (a GPU, an allocator, a DCGM exporter).
 SOURCED_FIGURES = ("fragmentation_ratio", "gpu_util", "sm_util")
@@ -104,6 +107,11 @@ class Telemetry:
             "gpu_util": self.gpu.reason() if self.gpu is not None else NO_GPU_UTIL,
             "sm_util": self.sm.reason(),
         }
+        gpu_util = gpu_memory_used = None
+        if self.gpu is not None:
+            gpu_util, gpu_memory_used = self.gpu.value(), self.gpu.memory_used()
+        if gpu_util is None and gpu_memory_used is None:
+            gpu_util, gpu_memory_used = self.scraper.simulated_gpu()
         m = {
             **self.requests.stats(now),
             **engine,
@@ -112,7 +120,8 @@ class Telemetry:
             **self.batches.stats(now),
             "batch_efficiency": _finite(admission.efficiency()),
             "batch_idle_ratio": _finite(admission.idle_ratio()),
-            "gpu_util": self.gpu.value() if self.gpu is not None else None,
+            "gpu_util": gpu_util,
+            "gpu_memory_used": gpu_memory_used,
             "sm_util": self.sm.value(),
             "degraded": 1 if self._degraded() else 0,
             "engine_restarts": int(self._engine_restarts()),

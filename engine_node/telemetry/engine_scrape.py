@@ -8,7 +8,9 @@ definition in vllm/v1/spec_decode/metrics.py); a counter that goes down (engine 
 A failed scrape leaves every engine figure None.
 
 The simulator's `sim:memory_fragmentation_ratio` is its (simulated) fragmentation; vLLM exports no such series, so
-on vLLM the figure comes from the worker extension instead (telemetry/memory.py). GPU figures: telemetry/gpu.py.
+on vLLM the figure comes from the worker extension instead (telemetry/memory.py). GPU figures: telemetry/gpu.py; on
+the simulator, which has no GPU, GPU utilisation and memory used come from its own `sim:gpu_utilization_ratio` and
+`sim:gpu_memory_used_ratio` (simulated, like everything it reports).
 """
 
 import collections
@@ -25,11 +27,13 @@ RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 FRAGMENTATION = "sim:memory_fragmentation_ratio"
+SIM_GPU_UTIL = "sim:gpu_utilization_ratio"
+SIM_GPU_MEMORY_USED = "sim:gpu_memory_used_ratio"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 # Families whose lines are parsed; a prefix match also keeps e.g. _by_reason and _per_pos, dropped after parsing.
 FAMILIES = (RUNNING, WAITING, KV_USAGE, FRAGMENTATION, "vllm:spec_decode_num_draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens")  # fmt: skip
+            "vllm:spec_decode_num_accepted_tokens", SIM_GPU_UTIL, SIM_GPU_MEMORY_USED)  # fmt: skip
 _PREFIXES = tuple(prefix + name for name in FAMILIES for prefix in ("", "# HELP ", "# TYPE "))
 SCRAPE_TIMEOUT_S = 0.8
 
@@ -59,6 +63,8 @@ def parse_engine_metrics(text: str) -> dict:
         "fragmentation_ratio": mean(FRAGMENTATION),
         "draft_tokens": total(DRAFT_TOKENS),
         "accepted_tokens": total(ACCEPTED_TOKENS),
+        "sim_gpu_util": mean(SIM_GPU_UTIL),
+        "sim_gpu_memory_used": mean(SIM_GPU_MEMORY_USED),
     }
 
 
@@ -131,6 +137,11 @@ class EngineScraper:
             "spec_rejection_rate": rejection,
             "fragmentation_ratio": latest.get("fragmentation_ratio"),
         }
+
+    def simulated_gpu(self) -> tuple[float | None, float | None]:
+        """(GPU utilisation, GPU memory used) the simulator reports for its pretend GPU; None on real vLLM."""
+        latest = self.latest or {}
+        return latest.get("sim_gpu_util"), latest.get("sim_gpu_memory_used")
 
     async def close(self) -> None:
         if self._session is not None:

@@ -1,9 +1,10 @@
 """The sample's GPU figures: utilisation from NVML, SM activity from a DCGM exporter, and why either is absent.
 
 `gpu_util` is NVML's `utilization.gpu`, averaged over the host's GPUs: the share of time *any* kernel ran, which
-a single small kernel keeps at 100 %. It comes from one long-running `nvidia-smi --query-gpu=... -l 1` (NVML's
-own command-line front end; no process spawn per sample) or from an injected reader (`read`), which stands in
-for the driver where there is none.
+a single small kernel keeps at 100 %. GPU memory used is `memory.used / memory.total` from the same lines, the
+host's GPUs together (the leak detector's second input). Both come from one long-running
+`nvidia-smi --query-gpu=... -l 1` (NVML's own command-line front end; no process spawn per sample), utilisation
+also from an injected reader (`read`), which stands in for the driver where there is none.
 
 `sm_util` is SM activity, the share of time the streaming multiprocessors had work: only DCGM's profiling field
 `DCGM_FI_PROF_SM_ACTIVE` measures it. With `--dcgm-exporter-url` the agent scrapes that exporter every
@@ -44,15 +45,26 @@ NO_DCGM = (
 )
 
 
-def parse_utilisation(line: str) -> tuple[int, float] | None:
-    """`index, utilization.gpu` as nvidia-smi prints it with nounits; None for "[N/A]" or a malformed line."""
+def parse_utilisation(line: str) -> tuple[int, float, tuple[float, float] | None] | None:
+    """`index, utilization.gpu, memory.used, memory.total` as nvidia-smi prints them with nounits: (index,
+    utilisation, (used MiB, total MiB) or None where memory is "[N/A]"); None for an unknown utilisation or a
+    malformed line."""
     fields = [field.strip() for field in line.split(",")]
-    if len(fields) != 2:
+    if len(fields) not in (2, 4):
         return None
     try:
-        return int(fields[0]), float(fields[1]) / 100.0
+        index, util = int(fields[0]), float(fields[1]) / 100.0
     except ValueError:
         return None
+    memory = None
+    if len(fields) == 4:
+        try:
+            used, total = float(fields[2]), float(fields[3])
+        except ValueError:
+            used = total = 0.0
+        if total > 0 and used >= 0:
+            memory = (used, total)
+    return index, util, memory
 
 
 def parse_sm_active(text: str) -> list[float]:
@@ -75,6 +87,7 @@ class GpuUtilisation:
         self._read = read
         self._clock = clock
         self._latest: dict[int, tuple[float, float]] = {}
+        self._memory: dict[int, tuple[float, float, float]] = {}
         self._task: asyncio.Task | None = None
         self._process: asyncio.subprocess.Process | None = None
 
@@ -91,6 +104,14 @@ class GpuUtilisation:
         fresh = [util for at, util in self._latest.values() if at >= horizon]
         return math.fsum(fresh) / len(fresh) if fresh else None
 
+    def memory_used(self) -> float | None:
+        """Memory used over memory total of the host's GPUs with a fresh reading (the leak detector's second input);
+        None when there is none."""
+        horizon = self._clock() - GPU_STALE_S
+        fresh = [(used, total) for at, used, total in self._memory.values() if at >= horizon]
+        total = math.fsum(t for _, t in fresh)
+        return math.fsum(u for u, _ in fresh) / total if total > 0 else None
+
     def reason(self) -> str | None:
         """Why value() is None, or None when it is not."""
         return None if self.value() is not None else NO_NVML_YET
@@ -98,7 +119,11 @@ class GpuUtilisation:
     def feed(self, line: str) -> None:
         parsed = parse_utilisation(line)
         if parsed is not None:
-            self._latest[parsed[0]] = (self._clock(), parsed[1])
+            index, util, memory = parsed
+            at = self._clock()
+            self._latest[index] = (at, util)
+            if memory is not None:
+                self._memory[index] = (at, *memory)
 
     async def _poll(self) -> None:
         assert self._read is not None
@@ -114,7 +139,12 @@ class GpuUtilisation:
             await asyncio.sleep(NVML_PERIOD_S)
 
     async def _run(self) -> None:
-        query = ["--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits", "-l", "1"]
+        query = [
+            "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+            "--format=csv,noheader,nounits",
+            "-l",
+            "1",
+        ]
         while True:
             try:
                 self._process = await asyncio.create_subprocess_exec(

@@ -120,21 +120,33 @@ class RequestLog(_Window):
 
 
 class BatchLog(_Window):
-    """Batch sizes as admission releases them (Admission.on_batch); `stats()` gives their window distribution."""
+    """Batch sizes as admission releases them (Admission.on_batch) and its batch timeouts (on_batch_timeouts);
+    `stats()` gives the window's size distribution and the share of requests whose batch timeout was exceeded."""
 
     def __init__(self, window_s: float = 10.0, *, clock=time.monotonic, max_entries: int = MAX_ENTRIES):
         super().__init__(window_s, clock, max_entries)
 
     def observe(self, queue: str, size: int) -> None:
-        self._entries.append((self._clock(), size))
+        self._entries.append((self._clock(), size, 0, 0))
+
+    def observe_timeouts(self, queue: str, overdue: int, refused: int) -> None:
+        """`overdue` requests of a batch just released waited past their timeout; `refused` ones gave up waiting."""
+        self._entries.append((self._clock(), 0, overdue, refused))
 
     def stats(self, now: float | None = None) -> dict:
         entries, _ = self.recent(now)
         hist: dict[str, int] = {}
-        for _, size in entries:
-            hist[str(size)] = hist.get(str(size), 0) + 1
-        sizes = sum(size for _, size in entries)
+        batches = sizes = overdue = refused = 0
+        for _, size, late, gave_up in entries:
+            if size:
+                hist[str(size)] = hist.get(str(size), 0) + 1
+                batches += 1
+                sizes += size
+            overdue += late
+            refused += gave_up
+        left = sizes + refused  # every request that left the queues in the window, admitted or refused
         return {
-            "batch_size_mean": sizes / len(entries) if entries else None,
+            "batch_size_mean": sizes / batches if batches else None,
             "batch_size_hist": dict(sorted(hist.items(), key=lambda item: int(item[0]))),
+            "batch_timeout_rate": (overdue + refused) / left if left else None,
         }

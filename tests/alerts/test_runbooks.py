@@ -1,5 +1,7 @@
 """Runbooks: one per default rule plus the seed's two guides, rendered safely at /runbooks/<slug>/."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -24,6 +26,16 @@ def test_every_default_rule_and_both_seed_guides_have_a_runbook():
         "设置强制回收定时器",
     ):
         assert original in leak
+
+
+def test_runbooks_name_their_rules_link_only_runbooks_that_exist_and_promise_nothing_missing():
+    for spec in DEFAULT_RULES:
+        assert f"`{spec['name']}`" in runbook_get(spec["runbook"]).text, spec["name"]
+    for slug in runbook_slugs():
+        text = runbook_get(slug).text
+        assert "not available yet" not in text, slug
+        for linked in re.findall(r"\]\(/runbooks/([a-z0-9-]+)/\)", text):
+            assert runbook_get(linked) is not None, (slug, linked)
 
 
 def test_rendering_escapes_everything_and_keeps_the_markdown_subset():

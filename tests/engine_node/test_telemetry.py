@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_node.admission import Admission
+from engine_node.admission import Admission, QueueTimeout
 from engine_node.gpus import gpu_inventory
 from engine_node.telemetry import (
     SAMPLE_KEYS,
@@ -127,9 +127,61 @@ def test_batch_log_histogram_and_mean():
     assert batches.stats() == {
         "batch_size_mean": pytest.approx(17 / 5),
         "batch_size_hist": {"1": 1, "2": 2, "4": 1, "8": 1},
+        "batch_timeout_rate": 0.0,
     }
     clock.now += 11
-    assert batches.stats() == {"batch_size_mean": None, "batch_size_hist": {}}
+    assert batches.stats() == {"batch_size_mean": None, "batch_size_hist": {}, "batch_timeout_rate": None}
+
+
+def test_batch_log_counts_requests_past_their_batch_timeout_among_all_that_left_the_queue():
+    clock = FakeClock()
+    batches = BatchLog(window_s=10, clock=clock)
+    batches.observe("short", 4)
+    batches.observe("short", 4)
+    batches.observe_timeouts("short", 3, 0)  # three of the second batch waited past their timeout
+    batches.observe_timeouts("short", 0, 2)  # two gave up after the queue timeout, never in a batch
+    stats = batches.stats()
+    assert stats["batch_timeout_rate"] == pytest.approx(5 / 10)
+    assert stats["batch_size_mean"] == 4 and stats["batch_size_hist"] == {"4": 2}
+
+
+def test_admission_reports_requests_that_waited_past_their_batch_timeout():
+    """Two slots, both held: a third request waits out its 20 ms batch timeout and more for a slot (overdue);
+    a fourth waits the whole 0.3 s queue timeout and is refused (overdue too). A request that finds a free
+    slot at once is not."""
+    seen = []
+
+    async def scenario():
+        admission = Admission(0.3, max_in_flight=2)
+        admission.on_batch_timeouts = lambda queue, overdue, refused: seen.append((queue, overdue, refused))
+        section = {"timeout_ms": 20, "min_size": 1}
+        release = asyncio.Event()
+
+        async def hold():
+            async with admission.admitted(prompt_tokens=10, batch=section):
+                await release.wait()
+
+        async def late():
+            async with admission.admitted(prompt_tokens=10, batch=section):
+                pass
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(late())
+        await asyncio.sleep(0.1)  # past 2 x 20 ms
+        release.set()
+        await asyncio.gather(*holders, waiting)
+        assert seen == [("short", 1, 0)]
+        release.clear()
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(QueueTimeout):
+            await late()
+        release.set()
+        await asyncio.gather(*holders)
+
+    asyncio.run(scenario())
+    assert seen == [("short", 1, 0), ("short", 0, 1)]
 
 
 def test_admission_reports_every_released_batch():
@@ -159,6 +211,8 @@ def test_parses_vllm_0_32_exposition():
         "fragmentation_ratio": None,  # vLLM has no such series
         "draft_tokens": None,  # no speculative decoding in that server
         "accepted_tokens": None,
+        "sim_gpu_util": None,  # the simulator's own, for its pretend GPU
+        "sim_gpu_memory_used": None,
     }
 
 
@@ -228,17 +282,21 @@ def test_an_unreachable_engine_gives_nulls():
 
 
 def test_nvidia_smi_lines():
-    assert parse_utilisation("0, 87\n") == (0, 0.87)
-    assert parse_utilisation("1, [N/A]") is None
+    assert parse_utilisation("0, 87, 70000, 81920\n") == (0, 0.87, (70000.0, 81920.0))
+    assert parse_utilisation("0, 87, [N/A], [N/A]") == (0, 0.87, None)
+    assert parse_utilisation("0, 87") == (0, 0.87, None)
+    assert parse_utilisation("1, [N/A], 100, 200") is None
     assert parse_utilisation("garbage") is None
 
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
-# Answers only the agent's query; two GPUs at 30 % and 50 %, then one second later at 40 % and 60 %.
-[ "$1" = "--query-gpu=index,utilization.gpu" ] && [ "$2" = "--format=csv,noheader,nounits" ] || exit 2
-printf '0, 30\n1, 50\n'
+# Answers only the agent's query; two GPUs at 30 % and 50 %, then one second later at 40 % and 60 %; memory
+# 10 and 30 of 100 GiB, then 20 and 30.
+[ "$1" = "--query-gpu=index,utilization.gpu,memory.used,memory.total" ] || exit 2
+[ "$2" = "--format=csv,noheader,nounits" ] || exit 2
+printf '0, 30, 10240, 102400\n1, 50, 30720, 102400\n'
 sleep 1
-printf '0, 40\n1, [N/A]\n1, 60\n'
+printf '0, 40, 20480, 102400\n1, [N/A], 0, 102400\n1, 60, 30720, 102400\n'
 sleep 30
 """
 
@@ -256,16 +314,16 @@ def test_gpu_utilisation_reads_a_long_running_nvidia_smi(tmp_path, monkeypatch):
             readings = []
             for _ in range(40):
                 await asyncio.sleep(0.1)
-                value = gpu.value()
-                if value is not None and (not readings or value != readings[-1]):
-                    readings.append(round(value, 6))
+                value, memory = gpu.value(), gpu.memory_used()
+                if value is not None and (not readings or (value, memory) != readings[-1]):
+                    readings.append((round(value, 6), round(memory, 6)))
                 if len(readings) == 2:
                     break
             return readings
         finally:
             await gpu.close()
 
-    assert asyncio.run(scenario()) == [0.4, 0.5]
+    assert asyncio.run(scenario()) == [(0.4, 0.2), (0.5, 0.25)]
 
 
 async def _scrape_twice(url: str, between) -> tuple[dict, dict, tuple]:
@@ -322,7 +380,7 @@ def test_build_sample_has_every_key_even_with_nothing_known():
     )
     sample = telemetry.build_sample()
     assert sample["type"] == "sample" and sample["t"] == 1_700_000_000.5 and sample["window_s"] == 10
-    assert tuple(sample["m"]) == SAMPLE_KEYS and len(SAMPLE_KEYS) == 29
+    assert tuple(sample["m"]) == SAMPLE_KEYS and len(SAMPLE_KEYS) == 31
     m = sample["m"]
     assert m["qps"] == 0 and m["queue_depth_short"] == 0 and m["degraded"] == 0 and m["engine_restarts"] == 0
     assert m["gpu_util"] is None and m["sm_util"] is None and m["kv_cache_usage"] is None
@@ -409,14 +467,21 @@ def test_a_standalone_agent_samples_what_it_served(tmp_path_factory):
     assert m["sm_util"] is None and m["absent"]["sm_util"]
     assert "fragmentation_ratio" not in m["absent"]  # the simulator's own (simulated) series
     if not gpu_inventory():
-        assert m["gpu_util"] is None and m["absent"]["gpu_util"] == "no NVIDIA GPU on this host"
+        # The simulator's pretend GPU (simulated figures): it computed while serving, and vLLM's reservation
+        # (--gpu-memory-utilization) is what its memory holds with nothing leaking.
+        assert 0 < m["gpu_util"] <= 1 and "gpu_util" not in m["absent"]
+        assert m["gpu_memory_used"] == pytest.approx(0.9)
+    assert m["batch_timeout_rate"] == 0
     assert m["degraded"] == 0 and m["engine_restarts"] == 0
 
     text = metrics_text.decode()
     for name in ("engine_node_chat_request_duration_seconds_count", "engine_node_chat_request_tokens_count"):
         line = next(line for line in text.splitlines() if line.startswith(name))
         assert float(line.split()[-1]) == 17 - rejected
-    assert "engine_node_chat_time_to_first_token_seconds_count 4.0" in text and "engine_node_degraded 0.0" in text
+    # Every answered request has a first-token time: the streams, and the JSON ones too, generated as streams since
+    # their 256-token cap is above the template's 200-token streaming threshold.
+    ttft_count = f"engine_node_chat_time_to_first_token_seconds_count {17 - rejected:.1f}"
+    assert ttft_count in text and "engine_node_degraded 0.0" in text
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (Debian package `prometheus`)")

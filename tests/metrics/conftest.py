@@ -30,6 +30,8 @@ def sample_m(**figures) -> dict:
         "fragmentation_ratio": 0.12,
         "gpu_util": None,
         "sm_util": None,
+        "gpu_memory_used": None,
+        "batch_timeout_rate": None,
         "length_hist": {"le256": 6, "le512": 3, "le1k": 2, "le2k": 1, "gt2k": 0},
         "long_request_share": 1 / 12,
         "intents": {"order_status": 8, "refund": 4},

@@ -1,7 +1,10 @@
-"""Fault injection through /sim/faults and SIMULATOR_FAULTS: errors, failing health, crash, a wedged engine."""
+"""Fault injection through /sim/faults and SIMULATOR_FAULTS: errors, failing health, crash, a wedged engine, a GPU
+memory leak."""
 
 import contextlib
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -68,7 +71,8 @@ def test_faults_from_the_environment_apply_at_start(start_simulator):
 
     assert simulator.get("/health").status == 503
     assert simulator.get("/sim/faults").json == {
-        "latency_factor": 2.0, "error_rate": 0.0, "unhealthy": True, "crash": False, "hang": False,
+        "latency_factor": 2.0, "error_rate": 0.0, "memory_leak_mb_per_s": 0.0, "unhealthy": True, "crash": False,
+        "hang": False,
     }  # fmt: skip
 
 
@@ -78,9 +82,47 @@ def test_faults_from_the_profile_apply_at_start(start_simulator):
     assert simulator.chat("fails", max_tokens=2).status == 500
 
 
-@pytest.mark.parametrize("body", [{"error_rate": 2}, {"hang": "yes"}, {"explode": True}, [1]])
+@pytest.mark.parametrize(
+    "body",
+    [{"error_rate": 2}, {"hang": "yes"}, {"explode": True}, [1], {"memory_leak_mb_per_s": -1},
+     {"memory_leak_mb_per_s": "fast"}],
+)  # fmt: skip
 def test_invalid_faults_are_refused(simulator, body):
     result = simulator.post("/sim/faults", body)
 
     assert result.status == 400
     assert simulator.get("/sim/faults").json["error_rate"] == 0.0
+
+
+def test_memory_leak_raises_memory_used_and_lowers_utilisation_until_the_memory_is_allocated_again(start_simulator):
+    """The simulated GPU (simulated figures): memory used is vLLM's reservation plus what leaked; under a steady load
+    the leak's allocator waits leave the GPU idle, so utilisation falls; sleep + wake-up allocates from scratch."""
+    simulator = start_simulator(profile={"latency": {"time_scale": 0.5}})
+
+    def gpu() -> tuple[float, float]:
+        return simulator.metric("sim:gpu_utilization_ratio"), simulator.metric("sim:gpu_memory_used_ratio")
+
+    def busy_gpu() -> tuple[float, float]:
+        # A long reply keeps the engine stepping for the whole reading.
+        with ThreadPoolExecutor(1) as pool:
+            reply = pool.submit(simulator.chat, "busy", max_tokens=200, ignore_eos=True, timeout=30)
+            time.sleep(1.2)
+            reading = gpu()
+            assert reply.result().status == 200
+        return reading
+
+    util_before, memory_before = busy_gpu()
+    assert memory_before == pytest.approx(0.9)  # the reservation, nothing leaked
+    assert util_before > 0.5
+    # The default profile's 16 GiB GPU: its 10 % headroom (1.6 GiB) leaks away in about three seconds.
+    simulator.post("/sim/faults", {"memory_leak_mb_per_s": 500.0})
+    time.sleep(1.5)
+    util_after, memory_after = busy_gpu()
+    assert memory_after > memory_before + 0.04
+    assert util_after < util_before * 0.6
+    assert simulator.get("/sim/faults").json["memory_leak_mb_per_s"] == 500.0
+
+    simulator.post("/sim/faults", {"memory_leak_mb_per_s": 0.0})
+    assert simulator.post("/sleep?level=1").status == 200
+    assert simulator.post("/wake_up").status == 200
+    assert gpu()[1] == pytest.approx(0.9)

@@ -1,0 +1,152 @@
+"""The report's two fault cases scripted on the simulator, detected end to end: two agents under the same steady
+load (control plane on daphne with Postgres, evaluation in-process at 1 Hz, detector windows made short); one gets
+the fault through the simulator's /sim/faults, the other runs normally for the same time. The faulty node's alert
+fires, the normal one stays quiet.
+
+- Batch timeout exceeded: the engine slows twentyfold (`latency_factor`), requests wait past their batch timeout at
+  the gateway's batcher and the node's throughput collapses.
+- GPU memory leak: the simulated GPU leaks (`memory_leak_mb_per_s`): memory used creeps up and, the engine kept busy,
+  utilisation falls. Both figures are the simulator's (simulated), as the node's samples say.
+"""
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from controlplane.alerts.defaults import install_default_rules
+from controlplane.alerts.evaluation import evaluate
+from controlplane.alerts.models import Alert, AlertRule, AlertRuleVersion
+from controlplane.metrics.models import MetricSample
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import AgentProcess, Traffic, engine_url, wait_until
+from tests.live_server import Daphne
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
+
+# ~20 ms engine steps: a short reply takes a few hundred ms, so eight requests in flight keep the engine busy at a
+# load two shared CPU cores carry.
+STEADY_PROFILE = """
+latency:
+  time_scale: 2.0
+reply_length:
+  median: 12
+  sigma: 0.3
+  min: 4
+  max: 16
+"""
+DOCUMENT = {
+    "inference_params": {
+        "max_tokens": {"whitelist": [], "default": 16, "streaming_threshold": 16, "continuation_max_rounds": 0},
+        "degradation": {"max_tokens": 16},
+        # Eight requests in flight (the engine's seats) for twelve clients: some always wait at the batcher.
+        "batch": {"min_size": 1, "max_size": 2, "timeout_ms": 50},
+        "engine": {"max_num_seqs": 8},
+    }
+}
+
+
+@pytest.fixture
+def two_nodes(tmp_path, sre, settings):
+    settings.ALERT_TREND_POINT_S = 1
+    settings.ALERT_BATCH_TIMEOUT_WINDOW_S = 5
+    settings.ALERT_BATCH_TIMEOUT_BASELINE_S = 30
+    settings.ALERT_LEAK_WINDOW_S = 30
+    profile = tmp_path / "steady.yaml"
+    profile.write_text(STEADY_PROFILE)
+    server = Daphne(tmp_path)
+    server.start()
+    pool = pool_create(actor=sre, name="staging", is_production=False)
+    template = template_create(actor=sre, name="chat")
+    version = template_version_create(actor=sre, template=template, document=DOCUMENT, base_number=None)
+    agents = []
+    try:
+        for name in ("gpu-1", "gpu-2"):
+            _, token = node_create(actor=sre, name=name, pool=pool)
+            agent = AgentProcess(
+                name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+            )
+            agents.append(agent)
+            agent.start()
+        pool_publish(actor=sre, pool=pool, version=version, reason="detector test")
+        wait_until(lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == 2, 60, "both ACKs")
+        install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
+        yield agents
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
+
+
+def set_faults(agent: AgentProcess, faults: dict) -> None:
+    request = urllib.request.Request(
+        f"{engine_url(agent)}/sim/faults", data=json.dumps(faults).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def evaluate_for(seconds: float, until=None) -> None:
+    """Evaluate once a second for `seconds`, or until `until()` holds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        evaluate()
+        if until is not None and until():
+            return
+        time.sleep(1.0)
+
+
+def alerts(rule: str, node: str) -> list[Alert]:
+    return list(Alert.objects.filter(rule__name=rule, name=node))
+
+
+def is_firing(rule: str, node: str) -> bool:
+    return Alert.objects.filter(rule__name=rule, name=node, state=Alert.State.FIRING).exists()
+
+
+def newest(node: str) -> dict:
+    return MetricSample.objects.filter(scope="node", name=node, resolution_s=1).latest("t").values
+
+
+def test_batch_timeouts_with_a_throughput_collapse_fire_on_the_faulty_node_only(two_nodes):
+    faulty = two_nodes[0]
+    with Traffic(two_nodes, per_agent_threads=12) as traffic:
+        evaluate_for(40)  # the baseline window fills at a steady load
+        steady = newest("gpu-1")["qps"]
+        assert steady > 5, steady
+        assert alerts("batch-timeout", "gpu-1") == [] and alerts("batch-timeout", "gpu-2") == []
+        set_faults(faulty, {"latency_factor": 20.0})
+        evaluate_for(45, until=lambda: is_firing("batch-timeout", "gpu-1"))
+        collapsed, normal = newest("gpu-1"), newest("gpu-2")
+    assert is_firing("batch-timeout", "gpu-1"), (steady, collapsed["qps"], collapsed["batch_timeout_rate"])
+    alert = Alert.objects.get(rule__name="batch-timeout", name="gpu-1", state=Alert.State.FIRING)
+    assert alert.value >= 0.3 and alert.rule_version.runbook == "batch-timeout-exceeded"
+    assert collapsed["batch_timeout_rate"] > 0.05
+    # The normal node ran the same load for the same time. Its requests wait past their batch timeout too (twelve
+    # clients for eight seats: a busy engine), but its throughput held: nothing, not even pending.
+    assert normal["batch_timeout_rate"] > 0.05 and normal["qps"] > steady / 2, normal
+    assert alerts("batch-timeout", "gpu-2") == []
+    assert traffic.errors == []
+
+
+def test_a_gpu_memory_leak_fires_on_the_leaking_node_only(two_nodes):
+    leaking = two_nodes[0]
+    with Traffic(two_nodes, per_agent_threads=12):
+        evaluate_for(20)
+        before = newest("gpu-1")
+        assert before["gpu_memory_used"] == pytest.approx(0.9) and before["gpu_util"] > 0.5, before
+        # 20 MB/s on the profile's 16 GiB pretend GPU: 1.2 % more memory a minute, the 10 % headroom in ~80 s.
+        set_faults(leaking, {"memory_leak_mb_per_s": 20.0})
+        evaluate_for(75, until=lambda: is_firing("gpu-memory-leak", "gpu-1"))
+        after = newest("gpu-1")
+    assert is_firing("gpu-memory-leak", "gpu-1"), (before, after)
+    alert = Alert.objects.get(rule__name="gpu-memory-leak", name="gpu-1", state=Alert.State.FIRING)
+    assert alert.value >= 0.02 and alert.rule_version.runbook == "gpu-memory-leak"
+    assert after["gpu_memory_used"] > before["gpu_memory_used"] and after["gpu_util"] < before["gpu_util"]
+    assert alerts("gpu-memory-leak", "gpu-2") == []
+    assert newest("gpu-2")["gpu_memory_used"] == pytest.approx(0.9)
