@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from controlplane.lib.errors import InvalidField
 from controlplane.params.schema import FIELDS_BY_PATH, Field
+from controlplane.replays.figures import DIGITS as FIGURE_DIGITS
 from controlplane.replays.figures import percentile_of
 
 SEARCHABLE_KINDS = ("int", "float", "bool", "enum")
@@ -227,11 +228,12 @@ def measured(figures: Mapping) -> dict:
 def pooled_p99_of(runs_records: Sequence[Sequence[Mapping]]) -> float | None:
     """The nearest-rank end-to-end P99 of the successful requests of several runs taken together (`run_records`
     dicts). A run of ~100 requests has its P99 at its slowest request; k runs pooled put it at about the k-th
-    slowest of k x 100, which one stray request does not decide."""
+    slowest of k x 100, which one stray request does not decide. Rounded as a run's own figures are."""
     latencies = sorted(
         float(r["e2e_s"]) for records in runs_records for r in records if r["ok"] and r.get("e2e_s") is not None
     )
-    return percentile_of(latencies, 99)
+    p99 = percentile_of(latencies, 99)
+    return None if p99 is None else round(p99, FIGURE_DIGITS)
 
 
 def repeated(runs: Sequence[Mapping], *, pooled_p99: float | None = None) -> dict:
