@@ -157,8 +157,8 @@ def test_pooled_repeats_take_the_p99_of_every_successful_request_together():
     slow = run([0.5] * 97 + [2.0, 3.0, 4.0])
     calm = run([0.5] * 99 + [0.9])
     other = run([0.5] * 98 + [0.8, 1.0], failed=3)
-    # 300 successes pooled: rank 297, the fourth slowest (1.0 s), so one replay's stray requests no longer decide it; failed
-    # requests are not latencies.
+    # 300 successes pooled: rank 297, the fourth slowest (1.0 s), so one replay's stray requests no longer decide it;
+    # failed requests are not latencies.
     assert search.pooled_p99_of([slow, calm, other]) == 1.0
     assert search.pooled_p99_of([slow]) == 3.0
     assert search.pooled_p99_of([[{"ok": False, "e2e_s": 1.0}], []]) is None
