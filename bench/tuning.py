@@ -1,30 +1,34 @@
 """Automatic tuning against a plain grid: how many trials TPE needs to come within 5 % of the grid's best, judged on
-confirmed measurements rather than single lucky draws.
+confirmed measurements, for several seeds.
 
 vLLM's auto-tune script sweeps `max_num_seqs` and `max_num_batched_tokens` over a grid; this bench runs that grid as a
 tuning study (sampler `grid`, every point once) and then a TPE study over the same two fields, the same replay and (by
 default) the same budget, both through the product's own path: each trial saves a candidate version, publishes it to a
 staging pool, waits for the agent's ACK after the engine's restart (both fields are cold) and replays the same
-conversation log at a QPS that stresses the engine, `--repeats` times (the study option `replay.repeats`: the trial
-scores the median P99 of its replays, repeat r on seed + r, so every trial sees the same arrival schedules).
+conversation log at a QPS that stresses the engine `--repeats` times (the study option `replay.repeats`, repeat r on
+seed + r: every trial of a seed replays the same arrival schedules) and scores the P99 of the repeats' requests pooled
+(`replay.repeats_p99=pooled`; `--p99 median` scores the median of the repeats' P99s instead).
 
-Then the verdict, on confirmed values: the grid's best point, and each point a TPE trial claims within 5 % of it (or
-TPE's best, if none claims), is measured again with `--confirm` replays on arrival schedules no study used (the same
-for every point); the first TPE trial whose point is confirmed within 5 % of the grid's best point's confirmed value
-counts, as a share of the grid's trials (target: at most 0.5). Printed: every trial (each replay's P99, the median,
-errors, feasible), the claims, every confirmation's replays and spread, and the verdict.
+Then the verdict per seed, on confirmed values: the grid's best point, and each point a TPE trial claims within 5 % of
+it (or TPE's best, if none claims), is measured again exactly as the studies measured it (same schedules, same P99),
+so what differs is the machine's own noise; the first TPE trial whose point is confirmed within 5 % of the grid's best
+point's confirmed value counts, as a share of the grid's trials (target: at most 0.5). Printed: every trial (each
+replay's P99, the trial's P99, errors, feasible), the claims, every confirmation, the verdict per seed and overall.
+`--noise N` only measures one point N times on one schedule and once on N schedules: where its noise comes from.
 
 The node is one real agent on the vLLM-protocol simulator (`engine_node.simulator`, a profile in this file): every
 figure printed is **simulated**, not a vLLM measurement.
 
 Run from the repository root with Postgres and Redis on 127.0.0.1 (as `make bench` does):
-`.venv/bin/python bench/tuning.py [--duration 3] [--qps 40] [--seqs 2,4,8,16] [--tokens 8,16,32,64] [--seed 0]
-[--repeats 3] [--confirm 5] [--tpe-budget N]`. A trial takes about 8 s (publish, engine restart) plus `--repeats` x
-(`--duration` + ~1.5 s). Every process it starts is stopped on exit.
+`.venv/bin/python bench/tuning.py [--seeds 0,1,2] [--duration 3] [--qps 40] [--seqs 2,4,8,16] [--tokens 8,16,32,64]
+[--repeats 3] [--p99 pooled|median] [--tpe-budget N] [--noise N [--noise-point 16,32]]`. A trial takes about 8 s
+(publish, engine restart) plus `--repeats` x (`--duration` + ~2 s); a seed about 14 minutes on two shared cores. Every
+process it starts is stopped on exit.
 """
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,8 +61,6 @@ reply_length:
 """
 WITHIN = 0.05
 SEQS, TOKENS = "engine.max_num_seqs", "engine.max_num_batched_tokens"
-# Confirmation replays use arrival schedules no study used.
-CONFIRM_SEED_OFFSET = 1000
 
 
 def prepare_database() -> None:
@@ -143,7 +145,13 @@ def run_study(w, *, sampler: str, budget: int, args, seqs=None, tokens=None, rep
             {"path": TOKENS, "type": "choice", "choices": tokens or args.tokens},
         ],
         objective="min_p99",
-        replay={"qps": args.qps, "duration_s": args.duration, "arrival": "poisson", "repeats": repeats},
+        replay={
+            "qps": args.qps,
+            "duration_s": args.duration,
+            "arrival": "poisson",
+            "repeats": repeats,
+            "repeats_p99": args.p99,
+        },
         constraints={"p99_max_s": 30.0, "error_rate_max": 0.005},
         budget=budget,
         sampler=sampler,
@@ -182,24 +190,82 @@ def run_study(w, *, sampler: str, budget: int, args, seqs=None, tokens=None, rep
     return trials
 
 
-def confirm(w, at: tuple, args) -> dict:
-    """Measure one point again, `--confirm` replays on arrival schedules no study used (seeds seed + 1000 + r, the same
-    for every point confirmed): its confirmed value is their median."""
+def confirm(w, at: tuple, seed: int, args) -> dict:
+    """Measure one point again exactly as the studies did (the same `--repeats` schedules, seeds seed..seed+k-1, the
+    same P99): what differs from the first measurement is the machine's own noise, not the arrivals."""
     trials = run_study(
-        w,
-        sampler="grid",
-        budget=1,
-        args=args,
-        seqs=[at[0]],
-        tokens=[at[1]],
-        repeats=args.confirm,
-        seed=args.seed + CONFIRM_SEED_OFFSET,
-        label=f"confirm {at}",
+        w, sampler="grid", budget=1, args=args, seqs=[at[0]], tokens=[at[1]], seed=seed, label=f"confirm {at}"
     )
-    values = [v for v in trials[0]["p99s"] if v is not None] if trials else []
-    median = trials[0]["value"] if trials and trials[0]["is_feasible"] else None
-    spread = (max(values) - min(values)) / median if values and median else None
-    return {"median": median, "values": values, "spread": spread}
+    value = trials[0]["value"] if trials and trials[0]["is_feasible"] else None
+    return {"value": value, "values": trials[0]["p99s"] if trials else []}
+
+
+def trial_records(trial: dict) -> list[dict]:
+    """Every request of every replay of the trial."""
+    from controlplane.replays.figure_selectors import run_records
+    from controlplane.replays.models import ReplayRun
+
+    runs = [r["run"] for step in trial["steps"] for r in step.get("repeats", [step])]
+    return [rec for run in ReplayRun.objects.filter(pk__in=runs) for rec in run_records(run=run)]
+
+
+def pooled_p99(records: list[dict]) -> float | None:
+    """Nearest-rank P99 of the successful requests of several replays taken together."""
+    from controlplane.replays.figures import percentile_of
+
+    return percentile_of(sorted(float(r["e2e_s"]) for r in records if r["ok"] and r["e2e_s"] is not None), 99)
+
+
+def send_lag(records: list[dict]) -> str:
+    """How late the replay client sent its requests against their schedule (machine noise on the client side)."""
+    lags = sorted(
+        r["sent_at"] - r["scheduled_at"] for r in records if r["sent_at"] is not None and r["scheduled_at"] is not None
+    )
+    if not lags:
+        return "—"
+    return f"median {lags[len(lags) // 2] * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms"
+
+
+def spread(values) -> str:
+    values = [v for v in values if v is not None]
+    return f"{(max(values) - min(values)) / statistics.median(values):.0%}" if values else "—"
+
+
+def noise(w, at: tuple, args) -> None:
+    """Where one point's noise comes from, and what is left of it in a trial's score:
+    1. one schedule (seed s) replayed `--noise` times: the machine's and the timing's noise alone (the simulator's
+       reply lengths follow from each request's content and its seed, so the requests are the same every time);
+    2. `--noise` schedules (seeds s..): what the arrivals add;
+    3. the point measured `--noise` times as a trial measures it (`--repeats` schedules, both P99 forms from the same
+       replays): the noise left in the objective the samplers see."""
+    one = dict(w=w, sampler="grid", budget=1, args=args, seqs=[at[0]], tokens=[at[1]])
+    same = [run_study(**one, repeats=1, label=f"same schedule {r}")[0] for r in range(args.noise)]
+    many = run_study(**one, repeats=args.noise, label="schedules")[0]
+    trials = [run_study(**one, label=f"as a trial {r}")[0] for r in range(args.noise)]
+    print(f"\nnoise at {at} (replays of {args.duration} s at {args.qps:g} QPS, Poisson; simulated):")
+    records = [trial_records(t) for t in same]
+    by_seq: dict = {}
+    for recs in records:
+        for r in recs:
+            if r["ok"]:
+                by_seq.setdefault(r["seq"], []).append(float(r["e2e_s"]))
+    jitter = sorted(max(v) - min(v) for v in by_seq.values() if len(v) == len(records))
+    print(
+        f"  1. one schedule (seed {args.seed}) x{args.noise}: P99 {fmt([t['value'] for t in same])}, spread "
+        f"{spread([t['value'] for t in same])}; {len(records[0])} requests a replay, each request's e2e differs "
+        f"between the replays by median {jitter[len(jitter) // 2] * 1000:.0f} ms, at most {jitter[-1] * 1000:.0f} ms; "
+        f"client send lag {send_lag([r for recs in records for r in recs])}"
+    )
+    print(
+        f"  2. schedules {args.seed}..{args.seed + args.noise - 1}: P99 {fmt(many['p99s'])}, "
+        f"spread {spread(many['p99s'])}"
+    )
+    pooled = [pooled_p99(trial_records(t)) for t in trials]
+    medians = [statistics.median(t["p99s"]) for t in trials]
+    print(
+        f"  3. as a trial ({args.repeats} schedules) x{args.noise}: pooled P99 {fmt(pooled)}, spread {spread(pooled)}; "
+        f"median of P99s {fmt(medians)}, spread {spread(medians)}"
+    )
 
 
 def fmt(values) -> str:
@@ -220,14 +286,21 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=40.0)
     parser.add_argument("--seqs", default="2,4,8,16", help="max_num_seqs values of the grid")
     parser.add_argument("--tokens", default="8,16,32,64", help="max_num_batched_tokens values of the grid")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="replays per trial (the trial scores their median)")
-    parser.add_argument("--confirm", type=int, default=5, help="replays per confirmation of a point")
+    parser.add_argument("--seeds", default="0,1,2", help="one grid, TPE study and verdict per seed")
+    parser.add_argument("--repeats", type=int, default=3, help="replays per trial, seeds s..s+k-1")
+    parser.add_argument(
+        "--p99", choices=("pooled", "median"), default="pooled", help="the trial's P99 over its repeats (repeats_p99)"
+    )
     parser.add_argument("--tpe-budget", type=int, default=0, help="TPE trials (default: the grid's size)")
-    parser.add_argument("--max-confirm", type=int, default=4, help="TPE points confirmed at most")
+    parser.add_argument("--max-confirm", type=int, default=4, help="TPE points confirmed at most per seed")
+    parser.add_argument("--noise", type=int, default=0, help="only measure one point's noise, this many replays")
+    parser.add_argument("--noise-point", default="16,32", help="max_num_seqs,max_num_batched_tokens for --noise")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows as it comes, also when written to a file
     args.seqs = [int(v) for v in args.seqs.split(",")]
     args.tokens = [int(v) for v in args.tokens.split(",")]
+    args.seeds = [int(v) for v in args.seeds.split(",")]
+    args.seed = args.seeds[0]
     grid_size = len(args.seqs) * len(args.tokens)
     tpe_budget = args.tpe_budget or grid_size
 
@@ -238,9 +311,9 @@ def main() -> None:
     print(
         "Tuning bench (SIMULATED: one agent on the vLLM-protocol simulator, not vLLM; no figure here is a vLLM "
         f"measurement): grid {args.seqs} x {args.tokens} = {grid_size} points; each trial replays {args.duration} s "
-        f"at {args.qps:g} QPS (Poisson) {args.repeats} times (seeds {args.seed}..{args.seed + args.repeats - 1}) and "
-        f"scores the median P99; errors <= 0.5 %; TPE budget {tpe_budget}; confirmations: {args.confirm} replays each "
-        f"(seeds from {args.seed + CONFIRM_SEED_OFFSET})"
+        f"at {args.qps:g} QPS (Poisson) {args.repeats} times on seeds s..s+{args.repeats - 1}, the same schedules for "
+        f"every trial and confirmation of a seed, and scores the {args.p99} P99; errors <= 0.5 %; TPE budget "
+        f"{tpe_budget}; seeds {args.seeds}"
     )
     processes = ()
     with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
@@ -250,26 +323,34 @@ def main() -> None:
             try:
                 w = world(Path(tmp))
                 processes = w["processes"]
-                grid = run_study(w, sampler="grid", budget=grid_size, args=args)
-                tpe = run_study(w, sampler="tpe", budget=tpe_budget, args=args)
-                verdict(w, grid, tpe, grid_size, args)
+                if args.noise:
+                    noise(w, tuple(int(v) for v in args.noise_point.split(",")), args)
+                    return
+                shares = {}
+                for seed in args.seeds:
+                    print(f"\n===== seed {seed} =====")
+                    grid = run_study(w, sampler="grid", budget=grid_size, args=args, seed=seed)
+                    tpe = run_study(w, sampler="tpe", budget=tpe_budget, args=args, seed=seed)
+                    shares[seed] = verdict(w, grid, tpe, grid_size, seed, args)
+                overall(shares, grid_size)
             finally:
                 for process in processes:
                     process.stop()
 
 
-def verdict(w, grid: list[dict], tpe: list[dict], grid_size: int, args) -> None:
-    """Confirm the grid's best point and TPE's claims, then decide on confirmed values only."""
+def verdict(w, grid: list[dict], tpe: list[dict], grid_size: int, seed: int, args) -> float | None:
+    """Confirm the grid's best point and TPE's claims on the same schedules, then decide on confirmed values only.
+    Returns the share of the grid's trials TPE needed (None: not reached)."""
     if not feasible(grid):
         print("\nno feasible grid point: widen the ranges or lower --qps")
-        return
+        return None
     best = min(feasible(grid), key=lambda t: t["value"])
     near = best["value"] * (1 + WITHIN)
     print(f"\ngrid's best as measured: {best['value']:.3f} s at {point(best)} (trial {best['number']})")
     claims = [t for t in feasible(tpe) if t["value"] <= near]
     raw = claims[0]["number"] if claims else None
     print(
-        f"TPE trials whose own median claims <= {near:.3f} s ({WITHIN:.0%} above it): "
+        f"TPE trials claiming <= {near:.3f} s ({WITHIN:.0%} above it): "
         + (", ".join(f"{t['number']} {point(t)} {t['value']:.3f}" for t in claims) or "none")
     )
     if raw is not None:
@@ -279,41 +360,51 @@ def verdict(w, grid: list[dict], tpe: list[dict], grid_size: int, args) -> None:
     if not candidates and feasible(tpe):
         candidates = [point(min(feasible(tpe), key=lambda t: t["value"]))]
     todo = list(dict.fromkeys(c for c in candidates if c != point(best)))
-    print(f"\nconfirming (seeds {args.seed + CONFIRM_SEED_OFFSET}.., {args.confirm} replays each):")
-    confirmed = {point(best): confirm(w, point(best), args)}
-    base = confirmed[point(best)]["median"]
+    confirmed = {point(best): confirm(w, point(best), seed, args)}
+    base = confirmed[point(best)]["value"]
     if base is None:
         print("the grid's best point missed the constraints when confirmed: no verdict")
-        return
+        return None
     bar = base * (1 + WITHIN)
     for at in todo[: args.max_confirm]:
-        confirmed[at] = confirm(w, at, args)
-        if confirmed[at]["median"] is not None and confirmed[at]["median"] <= bar:
+        confirmed[at] = confirm(w, at, seed, args)
+        if confirmed[at]["value"] is not None and confirmed[at]["value"] <= bar:
             break  # later claims come later: they cannot make the verdict earlier
     if len(todo) > args.max_confirm:
         print(f"(only the first {args.max_confirm} of {len(todo)} claimed points confirmed: --max-confirm)")
-    print(f"\n{'point':>10} {'confirmed P99 s':>15} {'spread':>7}  replays; first-pass trials")
+    print(f"\n{'point':>10} {'confirmed P99 s':>15}  its replays; first-pass trials")
     for at, c in confirmed.items():
         seen = [f"grid {t['number']}: {t['value']:.3f}" for t in grid if point(t) == at and t["value"] is not None]
         seen += [f"TPE {t['number']}: {t['value']:.3f}" for t in tpe if point(t) == at and t["value"] is not None]
-        median = f"{c['median']:.3f}" if c["median"] is not None else "infeasible"
-        spread = f"{c['spread']:.0%}" if c["spread"] is not None else "—"
-        print(f"{at!s:>10} {median:>15} {spread:>7}  {fmt(c['values'])}; {', '.join(seen)}")
+        value = f"{c['value']:.3f}" if c["value"] is not None else "infeasible"
+        print(f"{at!s:>10} {value:>15}  {fmt(c['values'])}; {', '.join(seen)}")
     print(f"\nbaseline: the grid's best point confirmed at {base:.3f} s; within {WITHIN:.0%}: <= {bar:.3f} s")
-    within = {at for at, c in confirmed.items() if c["median"] is not None and c["median"] <= bar}
+    within = {at for at, c in confirmed.items() if c["value"] is not None and c["value"] <= bar}
     reached = next((t["number"] for t in tpe if point(t) in within), None)
     if reached is None:
         print(
-            f"VERDICT (simulated): TPE never reached a point confirmed within {WITHIN:.0%} in {len(tpe)} trials: "
-            "target (at most half the grid's trials) NOT met"
+            f"VERDICT seed {seed} (simulated): TPE never reached a point confirmed within {WITHIN:.0%} in {len(tpe)} "
+            "trials: target (at most half the grid's trials) NOT met"
         )
-        return
+        return None
     share = reached / grid_size
     print(
-        f"VERDICT (simulated): TPE reached a point confirmed within {WITHIN:.0%} at trial {reached} "
-        f"{point(tpe[reached - 1])}"
-        f" = {reached}/{grid_size} = {share:.2f} of the grid's trials: target (<= 0.5) "
+        f"VERDICT seed {seed} (simulated): TPE reached a point confirmed within {WITHIN:.0%} at trial {reached} "
+        f"{point(tpe[reached - 1])} = {reached}/{grid_size} = {share:.2f} of the grid's trials: target (<= 0.5) "
         + ("met" if share <= 0.5 else "NOT met")
+    )
+    return share
+
+
+def overall(shares: dict, grid_size: int) -> None:
+    met = [seed for seed, share in shares.items() if share is not None and share <= 0.5]
+    each = ", ".join(
+        f"seed {seed}: " + (f"{share:.2f}" if share is not None else "not reached") for seed, share in shares.items()
+    )
+    print(
+        f"\nOVERALL (simulated): target (TPE within {WITHIN:.0%} of the grid's best, confirmed, in at most half of the "
+        f"grid's {grid_size} trials) met for {len(met)} of {len(shares)} seeds ({each}): "
+        + ("met" if len(met) == len(shares) else "NOT met for every seed")
     )
 
 

@@ -251,13 +251,15 @@ def _measure(study: TuningStudy, trial: TuningTrial) -> None:
     ladder = spec.get("qps_ladder") or [spec["qps"]]
     steps, runs = [], {}
     for qps in ladder:
-        each = []
+        each, records = [], []
         for repeat in range(spec.get("repeats", 1)):
             run = _replay(study, trial, qps, repeat)
-            figures = search.measured(run_figures(run_records(run=run), pool_metrics=run.pool_metrics))
+            records.append(run_records(run=run))
+            figures = search.measured(run_figures(records[-1], pool_metrics=run.pool_metrics))
             each.append({"run": run.pk, **figures})
             runs[run.pk] = run
-        values = search.repeated([{k: v for k, v in one.items() if k != "run"} for one in each])
+        pooled = search.pooled_p99_of(records) if spec.get("repeats_p99") == "pooled" else None
+        values = search.repeated([{k: v for k, v in one.items() if k != "run"} for one in each], pooled_p99=pooled)
         broken = search.violations(values, constraints)
         # "run" is the step's last replay; "repeats" holds every replay's own figures, each linked to its run.
         steps.append({"qps": qps, "run": run.pk, **values, "violations": broken, "repeats": each})

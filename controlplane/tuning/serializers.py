@@ -19,7 +19,9 @@ class StudyCreateSerializer(StrictSerializer):
     objective = serializers.CharField(max_length=16, help_text="min_p99, max_throughput or max_qps")
     replay = serializers.JSONField(
         help_text='{"qps": 50, "duration_s": 30, "repeats": 1, "arrival": "poisson", "selection": "all"}; max_qps: '
-        '"qps_ladder". repeats (1-10): replays per trial (and per ladder step), scored by their median'
+        '"qps_ladder". repeats (1-10): replays per trial (and per ladder step), scored by their median; '
+        'repeats_p99: "median" (the median of the repeats\' P99s, default) or "pooled" (the P99 of their requests '
+        "together)"
     )
     constraints = serializers.JSONField(
         required=False, default=None, help_text='{"p99_max_s": 1.8, "error_rate_max": 0.005} (the SLO by default)'

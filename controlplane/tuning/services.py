@@ -42,7 +42,8 @@ def _qps(field: str, value) -> float:
 
 def replay_spec_check(raw, *, objective: str) -> dict:
     """The replay each trial runs: selection of the log, arrival, seconds per replay, QPS (or a ladder for max_qps),
-    and how many times it is repeated (the trial's figures are the repeats' median)."""
+    and how many times it is repeated (the trial's figures are the repeats' median; its P99 may instead be taken
+    over the repeats' requests pooled: `repeats_p99`)."""
     if not isinstance(raw, dict):
         raise InvalidField("replay", "must be an object")
     known = {
@@ -55,6 +56,7 @@ def replay_spec_check(raw, *, objective: str) -> dict:
         "qps",
         "qps_ladder",
         "repeats",
+        "repeats_p99",
     }
     unknown = set(raw) - known
     if unknown:
@@ -70,7 +72,10 @@ def replay_spec_check(raw, *, objective: str) -> dict:
         "arrival": arrival,
         "duration_s": _whole("replay.duration_s", raw.get("duration_s", 30), 1, MAX_TRIAL_DURATION_S),
         "repeats": _whole("replay.repeats", raw.get("repeats", 1), 1, MAX_REPEATS),
+        "repeats_p99": raw.get("repeats_p99", search.REPEATS_P99[0]),
     }
+    if spec["repeats_p99"] not in search.REPEATS_P99:
+        raise InvalidField("replay.repeats_p99", f"must be one of {', '.join(search.REPEATS_P99)}")
     if selection == ReplayRun.Selection.SAMPLE:
         spec["sample_size"] = _whole("replay.sample_size", raw.get("sample_size"), 1, settings.REPLAY_MAX_REQUESTS)
         spec["sample_seed"] = _whole("replay.sample_seed", raw.get("sample_seed", 0), -(2**62), 2**62)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from controlplane.lib.errors import InvalidField
 from controlplane.params.schema import FIELDS_BY_PATH, Field
+from controlplane.replays.figures import DIGITS as FIGURE_DIGITS
+from controlplane.replays.figures import percentile_of
 from controlplane.replays.sustained import Constraints, ladder_value, violations
 
 __all__ = ["Constraints", "ladder_value", "violations"]  # the SLO judgement replays and studies share
@@ -22,6 +24,8 @@ SEARCHABLE_KINDS = ("int", "float", "bool", "enum")
 MAX_DIMENSIONS = 6
 MAX_CHOICES = 32
 MAX_GRID = 10_000
+# How a trial with repeats takes its P99: the median of the repeats' P99s, or the P99 of their requests pooled.
+REPEATS_P99 = ("median", "pooled")
 
 
 class Objective:
@@ -213,10 +217,22 @@ def measured(figures: Mapping) -> dict:
     }
 
 
-def repeated(runs: Sequence[Mapping]) -> dict:
+def pooled_p99_of(runs_records: Sequence[Sequence[Mapping]]) -> float | None:
+    """The nearest-rank end-to-end P99 of the successful requests of several runs taken together (`run_records`
+    dicts). A run of ~100 requests has its P99 at its slowest request; k runs pooled put it at about the k-th
+    slowest of k x 100, which one stray request does not decide. Rounded as a run's own figures are."""
+    latencies = sorted(
+        float(r["e2e_s"]) for records in runs_records for r in records if r["ok"] and r.get("e2e_s") is not None
+    )
+    p99 = percentile_of(latencies, 99)
+    return None if p99 is None else round(p99, FIGURE_DIGITS)
+
+
+def repeated(runs: Sequence[Mapping], *, pooled_p99: float | None = None) -> dict:
     """One figure set from the same replay repeated k times (each a `measured` dict): P99 and throughputs are the
     median of the runs' (a lone lucky or unlucky replay moves it less than a mean), the error rate is over every
-    request of every run, and `requests` is their total. One run is returned unchanged."""
+    request of every run, and `requests` is their total. With `pooled_p99` (the P99 of the runs' successful requests
+    taken together, `pooled_p99_of`) the P99 is that one instead. One run is returned unchanged."""
     if len(runs) == 1:
         return dict(runs[0])
 
@@ -227,7 +243,7 @@ def repeated(runs: Sequence[Mapping]) -> dict:
     requests = sum(run.get("requests") or 0 for run in runs)
     errors = sum((run.get("error_rate") or 0) * (run.get("requests") or 0) for run in runs)
     return {
-        "p99_s": median("p99_s"),
+        "p99_s": median("p99_s") if pooled_p99 is None else pooled_p99,
         "error_rate": errors / requests if requests else None,
         "output_tokens_per_s": median("output_tokens_per_s"),
         "requests_per_s": median("requests_per_s"),

@@ -114,6 +114,15 @@ def test_a_hostile_repeat_count_is_refused_naming_it(tuning_world, api_for, repl
     assert not TuningStudy.objects.exists() and not AuditEntry.objects.filter(action="tuning.create").exists()
 
 
+@pytest.mark.parametrize("value", ["MEDIAN", "pooled; drop table", None, ["pooled"], {"pooled": 1}, 1, True])
+def test_an_unknown_way_to_take_the_repeats_p99_is_refused_naming_it(tuning_world, api_for, value):
+    response = post(api_for("sre"), body(replay={"qps": 5, "duration_s": 5, "repeats": 3, "repeats_p99": value}))
+    assert response.status_code == 400, response.content[:300]
+    detail = response.json()["detail"][0]
+    assert detail["path"] == "replay.repeats_p99" and "median, pooled" in detail["message"]
+    assert not TuningStudy.objects.exists() and not AuditEntry.objects.filter(action="tuning.create").exists()
+
+
 def test_a_seed_whose_repeats_would_leave_the_replay_seed_range_is_refused(tuning_world, api_for):
     response = post(api_for("sre"), body(seed=2**62, replay={"qps": 5, "duration_s": 5, "repeats": 10}))
     assert response.status_code == 400 and response.json()["detail"][0]["path"] == "seed"

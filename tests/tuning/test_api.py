@@ -42,6 +42,7 @@ def test_an_sre_starts_a_study_and_reads_it_back(tuning_world, api_for):
         "arrival": "poisson",
         "duration_s": 20,
         "repeats": 1,
+        "repeats_p99": "median",
         "qps_ladder": [30, 40, 50, 60],
     }
     assert study["constraints"] == {"p99_max_s": 1.8, "error_rate_max": 0.005}

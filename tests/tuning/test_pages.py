@@ -56,6 +56,17 @@ def test_the_form_offers_no_production_pool_and_starts_a_study(tuning_world, cli
     assert study.replay_spec["qps"] == 50 and study.budget == 6 and study.replay_spec["repeats"] == 1
 
 
+def test_the_form_may_pool_the_repeats_requests_for_the_p99_and_refuses_an_unknown_way(tuning_world, client, sre):
+    client.force_login(sre)
+    response = client.post(reverse("dashboard:tuning-new"), form(tuning_world, repeats="3", repeats_p99="mean"))
+    assert response.status_code == 400 and not TuningStudy.objects.exists()
+    client.post(reverse("dashboard:tuning-new"), form(tuning_world, repeats="3", repeats_p99="pooled"))
+    study = TuningStudy.objects.get()
+    assert study.replay_spec["repeats"] == 3 and study.replay_spec["repeats_p99"] == "pooled"
+    page = client.get(reverse("dashboard:tuning-study", args=[study.pk])).content.decode()
+    assert "3 replays per trial (P99 of their requests pooled)" in page
+
+
 def test_the_form_repeats_each_trials_replay_and_refuses_zero_naming_the_field(tuning_world, client, sre):
     client.force_login(sre)
     response = client.post(reverse("dashboard:tuning-new"), form(tuning_world, repeats="0"))

@@ -27,7 +27,14 @@ def test_an_sre_starts_a_study_with_the_slo_as_constraints_and_it_is_audited(tun
     ]
     assert study.cold_fields == ["engine.max_num_seqs"]
     assert study.pool_version_before == tuning_world["v1"]
-    assert study.replay_spec == {"selection": "all", "arrival": "poisson", "duration_s": 5, "repeats": 1, "qps": 20.0}
+    assert study.replay_spec == {
+        "selection": "all",
+        "arrival": "poisson",
+        "duration_s": 5,
+        "repeats": 1,
+        "repeats_p99": "median",
+        "qps": 20.0,
+    }
     entry = AuditEntry.objects.get(action="tuning.create")
     assert entry.reason == "find max_num_seqs for the festival" and entry.after["pool"] == "staging"
 
@@ -36,6 +43,12 @@ def test_a_study_may_repeat_each_trials_replay(tuning_world, sre):
     study = study_create(actor=sre, **study_args(tuning_world, replay={"qps": 20, "duration_s": 5, "repeats": 3}))
     assert study.replay_spec["repeats"] == 3
     assert AuditEntry.objects.get(action="tuning.create").after["replay"]["repeats"] == 3
+
+
+def test_a_study_may_take_its_p99_over_the_repeats_requests_pooled(tuning_world, sre):
+    replay = {"qps": 20, "duration_s": 5, "repeats": 3, "repeats_p99": "pooled"}
+    study = study_create(actor=sre, **study_args(tuning_world, replay=replay))
+    assert study.replay_spec["repeats_p99"] == "pooled"
 
 
 @pytest.mark.parametrize("role", ["admin", "sre"])
@@ -67,6 +80,7 @@ def test_only_sres_and_admins_run_a_study(tuning_world, users, role):
         ({"replay": {"qps": 20, "repeats": 11}}, "replay.repeats", "between 1 and 10"),
         ({"replay": {"qps": 20, "repeats": 2.5}}, "replay.repeats", "whole number"),
         ({"replay": {"qps": 20, "repeats": True}}, "replay.repeats", "whole number"),
+        ({"replay": {"qps": 20, "repeats": 3, "repeats_p99": "mean"}}, "replay.repeats_p99", "median, pooled"),
         # Repeat r replays with seed + r: the largest seeds would leave the replay's range.
         ({"seed": 2**62}, "seed", "between"),
         ({"objective": "max_qps", "replay": {"qps": 20}}, "replay.qps_ladder", "ladder of 2"),

@@ -147,3 +147,27 @@ def test_repeated_replays_score_the_median_and_count_errors_over_every_request()
     assert search.repeated(runs[:1]) == runs[0]
     nothing = search.repeated([{"p99_s": None, "error_rate": None, "requests": 0}] * 2)
     assert nothing["p99_s"] is None and nothing["error_rate"] is None
+
+
+def test_pooled_repeats_take_the_p99_of_every_successful_request_together():
+    def run(latencies, failed=0):
+        return [{"ok": True, "e2e_s": v} for v in latencies] + [{"ok": False, "e2e_s": 9.0}] * failed
+
+    # Three replays of 100 requests: each one's P99 is its slowest request but one (nearest rank 99 of 100).
+    slow = run([0.5] * 97 + [2.0, 3.0, 4.0])
+    calm = run([0.5] * 99 + [0.9])
+    other = run([0.5] * 98 + [0.8, 1.0], failed=3)
+    # 300 successes pooled: rank 297, the fourth slowest (1.0 s), so one replay's stray requests no longer decide it;
+    # failed requests are not latencies.
+    assert search.pooled_p99_of([slow, calm, other]) == 1.0
+    assert search.pooled_p99_of([slow]) == 3.0
+    assert search.pooled_p99_of([[{"ok": False, "e2e_s": 1.0}], []]) is None
+    runs = [
+        {"p99_s": 3.0, "error_rate": 0.0, "output_tokens_per_s": 300.0, "requests_per_s": 40.0, "requests": 100},
+        {"p99_s": 0.9, "error_rate": 0.0, "output_tokens_per_s": 280.0, "requests_per_s": 39.0, "requests": 100},
+        {"p99_s": 1.0, "error_rate": 0.03, "output_tokens_per_s": 310.0, "requests_per_s": 41.0, "requests": 103},
+    ]
+    pooled = search.repeated(runs, pooled_p99=0.9)
+    # Only the P99 changes: throughputs stay the median, errors stay over every request.
+    assert pooled == {**search.repeated(runs), "p99_s": 0.9}
+    assert search.repeated(runs)["p99_s"] == 1.0

@@ -5,6 +5,8 @@ best is an unpublished version and staging returns to its version.
 The node is simulated (engine_node.simulator): the latencies here are the simulator's, not vLLM measurements.
 """
 
+import math
+
 import pytest
 
 from controlplane.audit.models import AuditEntry
@@ -175,3 +177,38 @@ def test_a_qps_ladder_stops_at_the_first_step_that_misses_the_slo(fleet, sre):
     # The trial's figures are the 4 QPS step's; both replays are recorded in its steps.
     assert trial.replay_run_id == trial.steps[0]["run"] and trial.measured["p99_s"] == trial.steps[0]["p99_s"]
     assert sorted(ReplayRun.objects.values_list("pk", flat=True)) == sorted(s["run"] for s in trial.steps)
+
+
+def test_a_pooled_study_scores_the_p99_of_its_repeats_requests_together(fleet, sre):
+    study = study_create(
+        actor=sre,
+        pool=fleet["pool"],
+        base_version=fleet["version"],
+        log=fleet["log"],
+        space=[{"path": "engine.max_num_seqs", "type": "choice", "choices": [4]}],
+        objective="min_p99",
+        replay={"qps": 20, "duration_s": 3, "arrival": "poisson", "repeats": 2, "repeats_p99": "pooled"},
+        constraints={"p99_max_s": 30, "error_rate_max": 0.5},
+        budget=1,
+        sampler="grid",
+        seed=5,
+        reason="pooled P99 on the simulator",
+    )
+    study = finished(study.pk, 180)
+    assert study.status == "succeeded", study.error
+    (trial,) = study.trials.all()
+    (step,) = trial.steps
+    runs = [ReplayRun.objects.get(pk=r["run"]) for r in step["repeats"]]
+    assert [r.seed for r in runs] == [5, 6]
+    # Recomputed here from the stored requests: every success of both replays, sorted, at nearest rank ceil(0.99 n).
+    latencies = sorted(
+        value
+        for run in runs
+        for value in run.requests.filter(ok=True).exclude(e2e_s=None).values_list("e2e_s", flat=True)
+    )
+    pooled = latencies[math.ceil(0.99 * len(latencies)) - 1]
+    assert 80 <= len(latencies) <= trial.measured["requests"]
+    assert trial.value == trial.measured["p99_s"] == pytest.approx(pooled)
+    # The repeats keep their own P99s; the pooled one lies between them.
+    own = [r["p99_s"] for r in step["repeats"]]
+    assert min(own) <= trial.value <= max(own)

@@ -35,6 +35,10 @@ class StudyForm(forms.Form):
     qps_ladder = forms.CharField(max_length=200, required=False, help_text="for max_qps: QPS steps, lowest first")
     duration_s = forms.IntegerField(min_value=1)
     repeats = forms.IntegerField(required=False, help_text="replays per trial (1 if left empty); their median counts")
+    repeats_p99 = forms.ChoiceField(
+        choices=[("median", "median of the replays' P99s"), ("pooled", "P99 of their requests pooled")],
+        required=False,
+    )
     arrival = forms.ChoiceField(choices=ReplayRun.Arrival.choices)
     p99_max_s = forms.FloatField(required=False)
     error_rate_max = forms.FloatField(required=False)
@@ -110,6 +114,8 @@ def study_new(request):
         data = form.cleaned_data
         repeats = 1 if data["repeats"] is None else data["repeats"]
         replay = {"duration_s": data["duration_s"], "repeats": repeats, "arrival": data["arrival"]}
+        if data["repeats_p99"]:
+            replay["repeats_p99"] = data["repeats_p99"]
         if data["objective"] == search.Objective.MAX_QPS:
             replay["qps_ladder"] = [_value(q, "float") for q in data["qps_ladder"].split(",") if q.strip()]
         else:
