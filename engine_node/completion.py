@@ -5,17 +5,11 @@ to continue its own partial reply (`continue_final_message`, vLLM's chat extensi
 response: one id, one role chunk, one finish_reason, usage summed. The client's text shows no seam; a streamed answer
 marks it for whoever measures the first round: the first chunk of continuation round k carries
 `"x_continuation_round": k` (an extra field, which OpenAI clients ignore), so everything before it is round 1.
-
-A non-streaming request whose reply may run past `max_tokens.streaming_threshold` (the policy's
-`Decision.generate_as_stream`) is generated as a stream all the same (`complete_streamed`): the rounds are the
-streaming path's, and the gateway knows when the first token came (the sample's time to first token), then joins the
-chunks into the one JSON answer the client asked for.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -92,95 +86,6 @@ async def complete(http: aiohttp.ClientSession, url: str, body: dict, decision: 
     answer["choices"][0]["message"]["content"] = text
     answer["x_continuation_rounds"] = rounds
     return answer
-
-
-# Request fields whose answer the joined chunks of a stream would not carry whole (token logprobs, tool calls, several
-# choices): such a request is generated as JSON whatever its length.
-_NOT_JOINABLE = ("logprobs", "top_logprobs", "tools", "functions", "tool_choice", "function_call")
-
-
-def joinable(body: dict) -> bool:
-    """Whether a non-streaming request's answer can be generated as a stream and joined without losing anything."""
-    return not any(body.get(key) for key in _NOT_JOINABLE) and body.get("n") in (None, 1)
-
-
-async def complete_streamed(
-    http: aiohttp.ClientSession, url: str, body: dict, decision: Decision, headers: dict
-) -> tuple[dict, float | None]:
-    """A non-streaming answer generated as a stream: the rounds' texts joined, the last finish_reason, usage summed,
-    as `complete()` answers, and the monotonic time the first content arrived. An error the engine reports
-    mid-reply is an UpstreamError, as a refusal is: a non-streaming client gets a whole answer or none.
-
-    The hot path: after the first content chunk (read line by line, for its arrival time) each round's rest is read
-    in one piece and its chunks parsed by one json.loads, not awaited and decoded chunk by chunk.
-    """
-    base = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    request = base
-    text = ""
-    rounds = 0
-    first: dict | None = None
-    finish_reason = None
-    usage: dict | None = None
-    first_content_at = None
-    while True:
-        payloads: list[bytes] = []
-        async with http.post(url, json=request, headers=headers) as upstream:
-            if upstream.status != 200:
-                raw = await upstream.read()
-                if first is None:
-                    raise UpstreamError(upstream.status, raw, upstream.content_type)
-                metrics.CONTINUATIONS.labels(outcome="engine_error").inc()
-                break
-            if first_content_at is None:
-                async for line in upstream.content:
-                    if not line.startswith(b"data: {"):
-                        continue
-                    payloads.append(line[6:])
-                    choices = json.loads(line[6:]).get("choices")
-                    if choices and (choices[0].get("delta") or {}).get("content"):
-                        first_content_at = time.monotonic()
-                        break
-            rest = await upstream.content.read()
-        payloads += [line[6:] for line in rest.split(b"\n") if line.startswith(b"data: {")]
-        round_finish = None
-        for event in json.loads(b"[" + b",".join(payloads) + b"]"):
-            if "error" in event:
-                raise UpstreamError(500, json.dumps(event).encode(), "application/json")
-            choices = event.get("choices")
-            if not choices:
-                if event.get("usage"):
-                    usage = _sum_usage(usage, event["usage"])
-                continue
-            if first is None:
-                first = event
-            choice = choices[0]
-            text += (choice.get("delta") or {}).get("content") or ""
-            round_finish = choice.get("finish_reason") or round_finish
-        if first is None:
-            raise UpstreamError(502, b'{"error": {"message": "the engine sent no reply", "type": "BadGateway"}}', "")
-        finish_reason = round_finish or finish_reason
-        if not should_continue(round_finish, text, decision, rounds):
-            break
-        rounds += 1
-        metrics.CONTINUATIONS.labels(outcome="round").inc()
-        request = continuation_body(base, text, decision.max_tokens)
-    answer = {
-        "id": first["id"],
-        "object": "chat.completion",
-        "created": first["created"],
-        "model": first.get("model"),
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-            }
-        ],
-        "usage": usage,
-        "x_continuation_rounds": rounds,
-    }
-    return answer, first_content_at
 
 
 async def stream(

@@ -114,15 +114,8 @@ class Gateway:
         if chat.stream:
             # The admission slot goes with the generation, which may outlive this handler (a dropped client).
             return await self._stream(request, chat, decision, body, headers, ticket, started)
-        first_content_at = None
         try:
-            if decision.generate_as_stream and completion.joinable(body):
-                answer, first_content_at = await completion.complete_streamed(
-                    self._http(), self._chat_url(), body, decision, {}
-                )
-                headers["X-Generated-As-Stream"] = "true"
-            else:
-                answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
+            answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
         except completion.UpstreamError as exc:
             self.record(started, "error" if exc.status >= 500 else "client_error", decision)
             return upstream_refused(exc, headers)
@@ -132,8 +125,7 @@ class Gateway:
         finally:
             await ticket.__aexit__(None, None, None)
         metrics.REQUESTS.labels(outcome="ok").inc()
-        ttft = first_content_at - started if first_content_at is not None else None
-        self.record(started, "ok", decision, usage=answer.get("usage"), ttft_s=ttft)
+        self.record(started, "ok", decision, usage=answer.get("usage"))
         headers["X-Continuation-Rounds"] = str(answer.pop("x_continuation_rounds", 0))
         return web.json_response(answer, headers=headers, dumps=openai_api.compact_json)
 

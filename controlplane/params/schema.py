@@ -86,7 +86,7 @@ FIELDS: tuple[Field, ...] = (
         200,
         1,
         32768,
-        "A non-streaming request whose max_tokens is above this is generated as a stream and joined into one answer.",
+        "Replies expected past this many tokens are streamed to the client.",
     ),
     Field(
         "max_tokens.whitelist",

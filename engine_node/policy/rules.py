@@ -97,9 +97,6 @@ class Decision:
     max_tokens: int | None
     max_tokens_rule: str
     continuation_rounds: int
-    # The reply may run past max_tokens.streaming_threshold: a non-streaming request is generated as a stream
-    # (engine_node/completion.py complete_streamed).
-    generate_as_stream: bool
     queue: str
     queue_rule: str
     business_tag: str | None = None
@@ -197,8 +194,6 @@ class Policy:
         max_tokens, max_tokens_rule, rounds, whitelist = self._max_tokens(
             client_max_tokens, business_tag, intent if confident else None, notes
         )
-        threshold = self.params["max_tokens"]["streaming_threshold"]
-        generate_as_stream = max_tokens is None or max_tokens > threshold
         long_threshold = self.params["batch"]["long_context_threshold"]
         if prompt_tokens > long_threshold:
             queue, queue_rule = "long", f"prompt {prompt_tokens} tokens > {long_threshold}"
@@ -217,7 +212,6 @@ class Policy:
             max_tokens=max_tokens,
             max_tokens_rule=max_tokens_rule,
             continuation_rounds=rounds,
-            generate_as_stream=generate_as_stream,
             queue=queue,
             queue_rule=queue_rule,
             business_tag=business_tag,

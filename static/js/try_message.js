@@ -32,7 +32,6 @@
     row("temperature", String(d.temperature), d.temperature_rule);
     row("max_tokens", String(d.max_tokens), d.max_tokens_rule + (d.notes.length ? " (" + d.notes.join("; ") + ")" : ""));
     row("continuation rounds", String(d.continuation_rounds), d.continuation_rounds ? "a reply cut mid-sentence is continued" : "none");
-    row("generated as a stream", d.generate_as_stream ? "yes" : "no", d.generate_as_stream ? "max_tokens is above max_tokens.streaming_threshold: a JSON request is generated as a stream and joined" : "max_tokens is at or below max_tokens.streaming_threshold");
     row("queue", d.queue, d.queue_rule);
     if (d.override) row("override", d.override.tier || String(d.override.temperature), "set by " + d.override.set_by + ": " + d.override.reason);
     if (d.degraded) row("degraded", "yes", "the pool is degraded: its temperature and max_tokens win");

@@ -9,7 +9,6 @@ import asyncio
 import json
 
 import aiohttp
-import pytest
 from aiohttp import web
 
 from engine_node import completion
@@ -55,7 +54,7 @@ class ScriptedEngine:
         return response
 
 
-async def _run(rounds, *, stream: bool | str, client_max=None, include_usage=True):
+async def _run(rounds, *, stream: bool, client_max=None, include_usage=True):
     engine = ScriptedEngine(rounds)
     app = web.Application()
     app.router.add_post("/v1/chat/completions", engine.handle)
@@ -68,9 +67,7 @@ async def _run(rounds, *, stream: bool | str, client_max=None, include_usage=Tru
     body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": decision.max_tokens}
     try:
         async with aiohttp.ClientSession() as http:
-            if stream == "joined":
-                result = await completion.complete_streamed(http, url, body, decision, {})
-            elif stream:
+            if stream:
                 result = [c async for c in completion.stream(http, url, body, decision, {}, include_usage)]
             else:
                 result = await completion.complete(http, url, body, decision, {})
@@ -144,57 +141,3 @@ def test_an_answer_that_was_not_continued_carries_no_round_mark():
     _, chunks = asyncio.run(_run([("Your parcel left today.", "length")], stream=True))
     assert not any("x_continuation_round" in c for c in chunks)
     assert chunks[-2]["x_continuation_rounds"] == 0
-
-
-def test_a_reply_generated_as_a_stream_is_joined_into_the_answer_the_json_path_gives():
-    """`max_tokens.streaming_threshold`: a non-streaming request generated as a stream is continued the same way and
-    answered with the same JSON, plus when its first token came."""
-    rounds = [("Your parcel left the", "length"), (" warehouse today and", "length"), (" arrives soon.", "stop")]
-    engine, (joined, first_content_at) = asyncio.run(_run(rounds, stream="joined"))
-    assert all(body["stream"] is True for body in engine.requests) and len(engine.requests) == 3
-    _, plain = asyncio.run(_run(rounds, stream=False))
-    for key in ("index", "message", "finish_reason"):
-        assert joined["choices"][0][key] == plain["choices"][0][key]
-    assert joined["choices"][0]["message"] == {
-        "role": "assistant",
-        "content": "Your parcel left the warehouse today and arrives soon.",
-    }
-    assert joined["usage"]["completion_tokens"] == plain["usage"]["completion_tokens"] == 4 + 3 + 2
-    assert joined["x_continuation_rounds"] == plain["x_continuation_rounds"] == 2
-    assert joined["object"] == "chat.completion" and joined["id"] == "r1"
-    assert first_content_at is not None
-
-
-def test_a_reply_generated_as_a_stream_that_fails_mid_reply_is_an_engine_error_not_half_an_answer():
-    class Failing(ScriptedEngine):
-        async def handle(self, request):
-            self.requests.append(await request.json())
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
-            chunk = {"id": "r1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                     "choices": [{"index": 0, "delta": {"content": "Your parcel"}, "finish_reason": None}]}  # fmt: skip
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            error = {"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}
-            await response.write(f"data: {json.dumps(error)}\n\n".encode())
-            return response
-
-    async def scenario():
-        engine = Failing([])
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", engine.handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1/chat/completions"
-        decision = Policy(PARAMS).decide("hello")
-        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
-        try:
-            async with aiohttp.ClientSession() as http:
-                await completion.complete_streamed(http, url, body, decision, {})
-        finally:
-            await runner.cleanup()
-
-    with pytest.raises(completion.UpstreamError) as raised:
-        asyncio.run(scenario())
-    assert raised.value.status == 500 and b"engine died" in raised.value.body

@@ -149,18 +149,6 @@ def test_degradation_wins_over_everything_including_an_override(classifier):
     assert (decision.max_tokens, decision.max_tokens_rule, decision.continuation_rounds) == (128, "degradation", 0)
     legal = policy.decide("隐私政策条款", business_tag="legal", client_max_tokens=1500)
     assert legal.max_tokens == 128 and legal.degraded
-    # 128 tokens cannot run past the 200-token streaming threshold: answered as plain JSON.
-    assert not decision.generate_as_stream and not legal.generate_as_stream
-
-
-def test_a_reply_that_may_run_past_the_streaming_threshold_is_generated_as_a_stream(policy, classifier):
-    # The report's template: a 256-token cap above the 200-token threshold.
-    assert policy.decide("退货怎么退").generate_as_stream
-    assert not policy.decide("退货怎么退", client_max_tokens=200).generate_as_stream
-    assert policy.decide("退货怎么退", client_max_tokens=201).generate_as_stream
-    assert policy.decide("第十二条怎么解释", business_tag="legal").generate_as_stream  # the whitelist's 2048
-    at_cap = Policy({**PARAMS, "max_tokens": {**PARAMS["max_tokens"], "streaming_threshold": 256}}, BUNDLE, classifier)
-    assert not at_cap.decide("退货怎么退").generate_as_stream
 
 
 def test_long_prompts_go_to_the_long_context_queue(policy):
