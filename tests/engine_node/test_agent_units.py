@@ -12,6 +12,7 @@ from engine_node.config import ConfigRejected, NodeConfig, content_hash, engine_
 from engine_node.control import BACKOFF_CAP_S, backoff_delay
 from engine_node.settings import AgentSettings
 from engine_node.state import LastGoodStore
+from tests.aiohttp_apps import start_app
 
 SETTINGS = AgentSettings(
     control_plane_url="",
@@ -269,11 +270,7 @@ def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
 
         app = web.Application()
         app.router.add_get("/ws/agent/", agent_socket)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        runner, base_url = await start_app(app)
         handling, outcome = asyncio.Event(), []
 
         async def on_message(message):
@@ -285,7 +282,7 @@ def test_stopping_the_control_link_cancels_the_message_handlers_still_running():
                 raise
 
         link = ControlLink(
-            urls=[f"ws://127.0.0.1:{port}/ws/agent/"], token="t", hello=lambda: {"type": "hello"},
+            urls=[base_url.replace("http://", "ws://") + "/ws/agent/"], token="t", hello=lambda: {"type": "hello"},
             heartbeat=lambda: {"type": "heartbeat"}, on_message=on_message,
         )  # fmt: skip
         running = asyncio.create_task(link.run())
@@ -321,11 +318,8 @@ def test_the_control_link_fails_over_to_the_next_url_when_a_process_is_gone():
 
         app = web.Application()
         app.router.add_get("/ws/agent/", agent_socket)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        live = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/ws/agent/"
+        runner, base_url = await start_app(app)
+        live = base_url.replace("http://", "ws://") + "/ws/agent/"
         dead = f"ws://127.0.0.1:{free_port()}/ws/agent/"  # nothing listens there
         results = []
         for urls in ([dead, live], [live, dead]):

@@ -9,6 +9,7 @@ from aiohttp import web
 from engine_node.admission import Admission
 from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry, memory
 from engine_node.telemetry import gpu as gpu_figures
+from tests.aiohttp_apps import start_app
 
 DCGM_TEXT = """# HELP DCGM_FI_PROF_SM_ACTIVE Ratio of cycles an SM has at least 1 warp assigned.
 # TYPE DCGM_FI_PROF_SM_ACTIVE gauge
@@ -29,12 +30,8 @@ async def _exporter(body: str) -> tuple[web.AppRunner, str]:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    return runner, f"http://127.0.0.1:{port}/metrics"
+    runner, base_url = await start_app(app)
+    return runner, f"{base_url}/metrics"
 
 
 def _telemetry(*, gpu=None, sm, fragmentation=None) -> Telemetry:

@@ -9,6 +9,7 @@ import aiohttp
 from aiohttp import web
 
 from engine_node.replay_load import Outcome, Shot, chat_once, read_decision, read_usage
+from tests.aiohttp_apps import start_app
 
 
 def test_decision_headers_are_read_into_the_row():
@@ -71,11 +72,7 @@ async def _gateway_like(marked: bool):
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    runner, url = await start_app(app)
     outcome = Outcome(seq=0, due_s=0)
     try:
         async with aiohttp.ClientSession() as session:
