@@ -19,13 +19,15 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class Faults:
-    """Injected misbehaviour: slower steps, failed requests, a failing /health, a crash or a wedged engine."""
+    """Injected misbehaviour: slower steps, failed requests, a failing /health, a crash or a wedged engine, and
+    a draft acceptance rate other than the profile's (spec_acceptance_rate: the traffic's drafts stopped matching)."""
 
     latency_factor: float = 1.0
     error_rate: float = 0.0
     unhealthy: bool = False
     crash: bool = False
     hang: bool = False
+    spec_acceptance_rate: float | None = None
 
     def updated(self, changes: Any) -> "Faults":
         """These faults with `changes` (a mapping of some of the fields) applied; raises ProfileError."""
@@ -46,6 +48,11 @@ class Faults:
                 raise ProfileError("faults.latency_factor: must be greater than 0")
         if "error_rate" in changes:
             values["error_rate"] = _number(changes["error_rate"], "faults.error_rate", low=0.0, high=1.0)
+        if "spec_acceptance_rate" in changes:
+            rate = changes["spec_acceptance_rate"]
+            values["spec_acceptance_rate"] = (
+                None if rate is None else _number(rate, "faults.spec_acceptance_rate", low=0.0, high=1.0)
+            )
         return Faults(**values)
 
     def as_dict(self) -> dict:

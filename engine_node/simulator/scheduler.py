@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from engine_node.simulator.kvcache import BlockPool, PrefixCache
 from engine_node.simulator.metrics import FinishedRequest, SimulatorMetrics
-from engine_node.simulator.model import LatencyModel, SpeculativeSampler
+from engine_node.simulator.model import LatencyModel, SpeculativeConfig, SpeculativeSampler
 from engine_node.simulator.profile import Faults
 from engine_node.simulator.sequence import Sequence, StepOutput
 
@@ -44,6 +44,7 @@ class Engine:
         pool: BlockPool,
         prefix_cache: PrefixCache | None,
         sampler: SpeculativeSampler | None,
+        speculative: SpeculativeConfig | None = None,
         metrics: SimulatorMetrics,
         max_num_seqs: int,
         max_num_batched_tokens: int,
@@ -53,6 +54,7 @@ class Engine:
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.sampler = sampler
+        self.speculative = speculative
         self.metrics = metrics
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -128,7 +130,10 @@ class Engine:
             prefill_tokens = sum(s.num_tokens for s in scheduled if not s.is_decode)
             decode_seqs = sum(1 for s in scheduled if s.is_decode)
             kv_tokens = sum(s.sequence.num_computed for s in scheduled if s.is_decode)
-            duration = self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor, kv_tokens)
+            drafting = any(s.is_decode and s.num_tokens > 1 for s in scheduled)
+            duration = self.latency.step_seconds(
+                prefill_tokens, decode_seqs, self.faults.latency_factor, kv_tokens, drafting=drafting
+            )
             now = time.monotonic()
             start = now if step_end is None else max(step_end, now - MAX_CATCH_UP_S)
             step_end = start + duration
@@ -143,7 +148,11 @@ class Engine:
 
     def _schedule(self) -> list[_Scheduled]:
         budget = self.max_num_batched_tokens
-        draft = self.sampler.num_speculative_tokens if self.sampler else 0
+        draft = 0
+        if self.sampler:
+            # vLLM's batch-size schedule (num_speculative_tokens_per_batch_size) may give a busy step fewer or none.
+            batch = len(self.running)
+            draft = self.speculative.tokens_at(batch) if self.speculative else self.sampler.num_speculative_tokens
         scheduled: list[_Scheduled] = []
         preemptions_before = self.num_preemptions
         index = 0
@@ -216,7 +225,9 @@ class Engine:
             emitted = 1
             drafts = item.num_tokens - 1
             if self.sampler and drafts:
-                accepted = self.sampler.accepted(sequence.spec_rng)
+                accepted = self.sampler.accepted(
+                    sequence.spec_rng, acceptance_rate=self.faults.spec_acceptance_rate, draft=drafts
+                )
                 self.metrics.record_draft(drafts, accepted)
                 emitted += accepted
             sequence.num_computed += emitted
