@@ -33,9 +33,12 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 FRAGMENTATION = "sim:memory_fragmentation_ratio"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+# Per-request decode speed for the speculative-decoding rule (engine_node/speculation.py): only the histogram's
+# _sum and _count lines are parsed (untyped then), not its buckets.
+TPOT = "vllm:request_time_per_output_token_seconds"
 # Families whose lines are parsed; a prefix match also keeps e.g. _by_reason and _per_pos, dropped after parsing.
 FAMILIES = (RUNNING, WAITING, KV_USAGE, FRAGMENTATION, "vllm:spec_decode_num_draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens")  # fmt: skip
+            "vllm:spec_decode_num_accepted_tokens", TPOT + "_sum", TPOT + "_count")  # fmt: skip
 _PREFIXES = tuple(prefix + name for name in FAMILIES for prefix in ("", "# HELP ", "# TYPE "))
 SCRAPE_TIMEOUT_S = 0.8
 GPU_STALE_S = 5.0
@@ -67,6 +70,8 @@ def parse_engine_metrics(text: str) -> dict:
         "fragmentation_ratio": mean(FRAGMENTATION),
         "draft_tokens": total(DRAFT_TOKENS),
         "accepted_tokens": total(ACCEPTED_TOKENS),
+        "tpot_sum": total(TPOT + "_sum"),
+        "tpot_count": total(TPOT + "_count"),
     }
 
 

@@ -87,7 +87,7 @@ def test_speculative_false_leaves_the_speculative_flag_out_and_nothing_else():
     config = NodeConfig.from_message(message({**CONTENT, "speculative": spec}))
     on, off = engine_args(config, SETTINGS), engine_args(config, SETTINGS, speculative=False)
     assert json.loads(flag_value(on, "--speculative-config")) == {
-        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4
     }  # fmt: skip
     assert flag_value(off, "--speculative-config") is None
     assert off == [arg for arg in on if not arg.startswith("--speculative-config=")]
