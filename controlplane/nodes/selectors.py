@@ -81,6 +81,36 @@ def node_summary(*, node, now, context: PoolContext | None = None) -> dict:
             "state": node.warmup_state,
             "finished_at": node.warmup_finished_at.isoformat() if node.warmup_finished_at else None,
         },
+        "speculation": speculation_summary(node.speculation),
+    }
+
+
+def speculation_summary(reported: dict | None) -> dict:
+    """The node's speculative-decoding rule in figures and words, from what its agent reported."""
+    reported = reported if isinstance(reported, dict) else {}
+    state = str(reported.get("state") or "")
+    speed = reported.get("tokens_per_s")
+    speed = float(speed) if isinstance(speed, int | float) else None
+    windows = reported.get("rejected_windows")
+    windows = int(windows) if isinstance(windows, int) else None
+    needed = reported.get("backoff_windows")
+    if state == "off":
+        text = f"off for {reported.get('off_for_s')} s; probed again after {reported.get('probe_after_s')} s"
+        text += " while generation is slow"
+    elif state in {"on", "probing"}:
+        text = state + (f": {windows}/{needed} consecutive rejected windows" if windows is not None else "")
+    elif state:
+        text = state
+    else:
+        text = "not reported"
+    if speed is not None:
+        text += f"; generation {speed:.1f} tokens/s per request"
+    return {
+        "state": state,
+        "text": text,
+        "rejected_windows": windows,
+        "tokens_per_s": speed,
+        "last_change": str(reported.get("last_change") or "")[:500],
     }
 
 
