@@ -8,6 +8,7 @@ A grant is written to the audit log as the system's action, with the node's figu
 the node asks again later. A lease whose end is never reported expires after LEASE_S or when the node is lost.
 """
 
+import math
 from datetime import timedelta
 
 from django.db import transaction
@@ -43,7 +44,7 @@ def reported_speculation(value) -> dict | None:
         item = value[key]
         if isinstance(item, str):
             kept[key] = item[:500]
-        elif item is None or (isinstance(item, int | float) and not isinstance(item, bool)):
+        elif item is None or (isinstance(item, int | float) and not isinstance(item, bool) and math.isfinite(item)):
             kept[key] = item
     return kept
 
@@ -71,7 +72,7 @@ def _expire(pool: Pool, now) -> None:
 def speculation_lease_request(*, node_id: int, action: str, reason: str, state=None) -> tuple[NodeCommand | None, str]:
     """A node's rule asks for speculative decoding `action` ("off" or "on"): granted as a command sent to it when
     no other node of its pool is restarting or cleaning up, else refused with the reason."""
-    if action not in OPS:
+    if not isinstance(action, str) or action not in OPS:
         return None, f"action: must be off or on, got {str(action)[:20]!r}"
     reason = str(reason or "").strip()[:1000] or f"speculative decoding {action}"
     figures = reported_speculation(state) or {}
