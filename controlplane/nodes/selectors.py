@@ -10,6 +10,7 @@ from django.utils import timezone
 from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.realtime import version_ref
 from controlplane.nodes.services.cleanup import cleanup_waiting_for, sent_waiting_for
+from controlplane.nodes.speculation_figures import speculation_figures, speculation_summary
 from controlplane.nodes.waiting import PoolContext, node_sync_reason
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
@@ -82,35 +83,6 @@ def node_summary(*, node, now, context: PoolContext | None = None) -> dict:
             "finished_at": node.warmup_finished_at.isoformat() if node.warmup_finished_at else None,
         },
         "speculation": speculation_summary(node.speculation),
-    }
-
-
-def speculation_summary(reported: dict | None) -> dict:
-    """The node's speculative-decoding rule in figures and words, from what its agent reported."""
-    reported = reported if isinstance(reported, dict) else {}
-    state = str(reported.get("state") or "")
-    speed = reported.get("tokens_per_s")
-    speed = float(speed) if isinstance(speed, int | float) else None
-    windows = reported.get("rejected_windows")
-    windows = int(windows) if isinstance(windows, int) else None
-    needed = reported.get("backoff_windows")
-    if state == "off":
-        text = f"off for {reported.get('off_for_s')} s; probed again after {reported.get('probe_after_s')} s"
-        text += " while generation is slow"
-    elif state in {"on", "probing"}:
-        text = state + (f": {windows}/{needed} consecutive rejected windows" if windows is not None else "")
-    elif state:
-        text = state
-    else:
-        text = "not reported"
-    if speed is not None:
-        text += f"; generation {speed:.1f} tokens/s per request"
-    return {
-        "state": state,
-        "text": text,
-        "rejected_windows": windows,
-        "tokens_per_s": speed,
-        "last_change": str(reported.get("last_change") or "")[:500],
     }
 
 
@@ -302,6 +274,8 @@ def command_summary(*, command: NodeCommand) -> dict:
         if command.op == NodeCommand.Op.CLEANUP
         else warmup_figures(result=command.result)
         if command.op == NodeCommand.Op.WARMUP
+        else speculation_figures(result=command.result)
+        if command.op in NodeCommand.SYSTEM_OPS
         else None,
         "waiting_for": command_waiting_for(command=command, now=timezone.now()),
         "requested_by": command.requester,

@@ -11,6 +11,7 @@ from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.services import agent_sessions, cleanup
 from controlplane.nodes.services.speculation import LEASE_S, speculation_lease_request
+from controlplane.nodes.speculation_figures import speculation_figures
 from tests.nodes.test_cleanup_services import connect, finish, staging  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
@@ -121,3 +122,13 @@ def test_the_heartbeat_report_reaches_the_api_and_the_node_page(api_for, sre, st
     agent_sessions.node_heartbeat(node_id=gpu1.pk, heartbeat={"speculation": {"state": ["x"], "tokens_per_s": True}})
     gpu1.refresh_from_db()
     assert gpu1.speculation == {}
+
+
+def test_the_rules_restarts_read_in_words():
+    restarted = speculation_figures(result=json.dumps({"speculation": "on", "restarted": True, "warmup": "passed"}))
+    assert restarted == {"state": "on", "text": "engine restarted with speculative decoding · warmup passed"}
+    assert speculation_figures(result=json.dumps({"speculation": "off", "restarted": False}))["text"] == (
+        "speculative decoding off; the engine already ran that way"
+    )
+    for result in ("", "not json", "[]", json.dumps({"speculation": "maybe"})):
+        assert speculation_figures(result=result) is None
