@@ -33,6 +33,9 @@ class SpeculationControl:
         self.speculation.observe(self.telemetry.scraper.latest, params)
         if self.status != "online" or self._held or self._apply_lock.locked():
             return
+        degradation = (self.bundle or {}).get("content", {}).get("degradation") or {}
+        if degradation.get("speculative_decoding", True) is False:
+            return  # the degraded pool runs without speculation anyway; its end restarts with it
         decision = self.speculation.due(params)
         if decision is None:
             return
