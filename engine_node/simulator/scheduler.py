@@ -67,6 +67,8 @@ class Engine:
         self.max_running_observed = 0
         self._wakeup = asyncio.Event()
         self._logged_tokens = [0, 0]
+        # Drafts, draft tokens, accepted tokens and accepted per position since the last log line.
+        self._logged_drafts = [0, 0, 0, [0] * (sampler.num_speculative_tokens if sampler else 0)]
 
     def add(self, sequence: Sequence) -> None:
         """Queue a new request."""
@@ -229,6 +231,10 @@ class Engine:
                     sequence.spec_rng, acceptance_rate=self.faults.spec_acceptance_rate, draft=drafts
                 )
                 self.metrics.record_draft(drafts, accepted)
+                logged = self._logged_drafts
+                logged[0], logged[1], logged[2] = logged[0] + 1, logged[1] + drafts, logged[2] + accepted
+                for position in range(accepted):
+                    logged[3][position] += 1
                 emitted += accepted
             sequence.num_computed += emitted
         else:
@@ -323,3 +329,23 @@ class Engine:
                 self.pool.usage * 100,
                 self.pool.fragmentation * 100,
             )
+            self._log_drafts(interval_s)
+
+    def _log_drafts(self, interval_s: float) -> None:
+        """vLLM's "SpecDecoding metrics: ..." line over the same interval, when anything was drafted."""
+        drafts, drafted, accepted, per_pos = self._logged_drafts
+        self._logged_drafts = [0, 0, 0, [0] * len(per_pos)]
+        if not drafts:
+            return
+        logger.info(
+            "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+            "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+            "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%% (simulated)",
+            1 + accepted / drafts,
+            accepted / interval_s,
+            drafted / interval_s,
+            accepted,
+            drafted,
+            ", ".join(f"{count / drafts:.3f}" for count in per_pos),
+            accepted / drafted * 100 if drafted else float("nan"),
+        )

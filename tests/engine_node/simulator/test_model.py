@@ -183,3 +183,25 @@ def test_sampler_takes_another_rate_and_draft_length_when_asked():
     low = [sampler.accepted(rng, acceptance_rate=0.1) for _ in range(4000)]
     assert sum(low) / (3 * len(low)) == pytest.approx(0.1, abs=0.02)
     assert max(sampler.accepted(rng, draft=1) for _ in range(200)) == 1
+
+
+def test_spec_decode_log_line_is_vllms(caplog):
+    """The periodic "SpecDecoding metrics: ..." line in vLLM 0.32's wording (vllm/v1/spec_decode/metrics.py)."""
+    from engine_node.simulator.runtime import Simulator, SimulatorSettings
+
+    settings = SimulatorSettings(
+        host="127.0.0.1", port=0, model="m", served_model_names=["m"], max_num_seqs=4, max_num_batched_tokens=64,
+        gpu_memory_utilization=0.5, max_model_len=1024, quantization=None, enable_prefix_caching=False,
+        speculative=SpeculativeConfig("ngram", 3), seed=0, log_requests=False,
+    )  # fmt: skip
+    engine = Simulator(settings, load_profile()).engine
+    engine._logged_drafts = [10, 30, 15, [8, 5, 2]]
+    with caplog.at_level("INFO"):
+        engine._log_drafts(10.0)
+        engine._log_drafts(10.0)  # nothing drafted since: no line
+    lines = [r.getMessage() for r in caplog.records if "SpecDecoding" in r.getMessage()]
+    assert lines == [
+        "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 1.50 tokens/s, Drafted throughput: "
+        "3.00 tokens/s, Accepted: 15 tokens, Drafted: 30 tokens, Per-position acceptance rate: 0.800, 0.500, 0.200, "
+        "Avg Draft acceptance rate: 50.0% (simulated)"
+    ]
