@@ -281,6 +281,10 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
                 log.error("config %s refused: %s", config.label, exc)
                 await self._reply("nack", config.hash, config.version, str(exc))
                 return
+            if self._speculative_flag(config) != self._speculative_flag(self.config):
+                # New speculative settings (not just the rule's hot fields): the rule starts afresh, with speculation
+                # as the config says.
+                self.speculation = SpeculationGuard()
             new_args = self._engine_args(config)
             kind = "cold" if new_args != self.engine.args else "hot"
             previous = self.config
@@ -332,6 +336,11 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
         degradation = (self.bundle or {}).get("content", {}).get("degradation") or {}
         allowed = degradation.get("speculative_decoding", True) is not False and not self.speculation.off
         return engine_args(config, self.settings, speculative=allowed)
+
+    def _speculative_flag(self, config: NodeConfig | None) -> list[str]:
+        """The --speculative-config this config asks for, whatever the rule or the degradation says now."""
+        args = engine_args(config, self.settings) if config is not None else []
+        return [arg for arg in args if arg.startswith("--speculative-config")]
 
     def _rebuild_policy(self) -> None:
         params = self.config.content if self.config else None
