@@ -43,17 +43,21 @@ class SpeculationControl:
         self._speculation_reason = reason
         log.warning("speculative decoding %s wanted: %s", action, reason)
         if self.link is None:
-            async with self._apply_lock:
-
-                async def quiet(state: str, text: str = "", result: str = "") -> None:
-                    return None
-
-                await self._speculation_switch(action, quiet)
+            # Stand-alone: no pool to share a lease with; the restart runs beside the sample loop, not in it.
+            self.speculation.requested(action)
+            self._spawn(self._speculation_alone(action))
         elif self.link.connected.is_set():
             self.speculation.requested(action)
             await self.link.send(
                 {"type": "speculation_request", "action": action, "reason": reason, "state": self.speculation_state()}
             )
+
+    async def _speculation_alone(self, action: str) -> None:
+        async def quiet(state: str, text: str = "", result: str = "") -> None:
+            return None
+
+        async with self._apply_lock:
+            await self._speculation_switch(action, quiet)
 
     async def _speculation_switch(self, action: str, progress) -> None:
         """Carry out a granted change; the caller holds the apply lock."""

@@ -156,3 +156,34 @@ def test_sustained_rejection_turns_speculation_off_node_by_node_and_recovery_tur
     assert all({"draining", "restarting"} & seen for seen in watch.statuses.values()), watch.statuses
     assert watch.overlaps == 0, f"{watch.overlaps} polls saw neither node online"
     print(f"speculation rule: {traffic.outcomes[200]} requests served during 4 drained restarts, none failed")
+
+
+def test_a_stand_alone_node_turns_speculation_off_by_itself(tmp_path):
+    """No control plane, so no lease: the node restarts drained on its own, and no request fails."""
+    from controlplane.params.schema import effective
+    from engine_node.config import NodeConfig, content_hash
+    from engine_node.state import LastGoodStore
+
+    profile = tmp_path / "spec.yaml"
+    profile.write_text(BAD)
+    content = effective({"speculative": RULE, "max_tokens": {"whitelist": []}})
+    agent = AgentProcess(name="solo", control_plane_url=None, work=tmp_path, profile=profile)
+    LastGoodStore(agent.state_dir).save(
+        NodeConfig.from_message({"version": None, "hash": content_hash(content), "content": content})
+    )
+    agent.start()
+    try:
+        wait_until(lambda: agent.health()["status"] == "online", 30, "the node online")
+        assert speculative_flag(agent) is not None
+        with Traffic([agent]) as traffic:
+            wait_until(
+                lambda: agent.health()["speculation"]["state"] == "off" and agent.health()["status"] == "online",
+                40,
+                "the node to turn speculation off",
+                explain=lambda: str(agent.health().get("speculation")) + "\n" + fleet.log_tail(agent, 10),
+            )
+        assert speculative_flag(agent) is None
+        assert "consecutive 2 s windows" in agent.health()["speculation"]["last_change"]
+        assert traffic.outcomes[200] > 0 and traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
+    finally:
+        agent.stop()
