@@ -14,16 +14,15 @@ the engine they wait in the queue (bounded by the queue timeout), as a hot chang
 
 import asyncio
 import logging
-import platform
-import socket
-import time
 
 from aiohttp import web
 
-from engine_node import __version__, metrics
+from engine_node import metrics
 from engine_node.admission import Admission
 from engine_node.agent_documents import PushedDocuments
 from engine_node.agent_operations import NodeOperations
+from engine_node.agent_reports import NodeReports
+from engine_node.agent_speculation import SpeculationControl
 from engine_node.cleanup import MemoryCleanup
 from engine_node.client_keys import load_key_file
 from engine_node.config import ConfigRejected, NodeConfig, config_models, engine_args
@@ -38,6 +37,7 @@ from engine_node.policy.patterns import PatternRejected
 from engine_node.policy.rules import DEFAULT_STRICT_PATTERNS, Policy
 from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSessions
 from engine_node.settings import AgentSettings, gateway_url
+from engine_node.speculation import SpeculationGuard
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
 from engine_node.tokenizer_files import TokenizerMismatch, check_draft_tokenizer
@@ -45,7 +45,6 @@ from engine_node.warmup import WarmupRunner
 
 log = logging.getLogger("engine_node.agent")
 
-LOG_TAIL_PERIOD_S = 10.0
 SAMPLE_PERIOD_S = 1.0
 # On SIGTERM the gateway stops accepting and gives the requests it holds this long to finish (a reply at the report's
 # P99 of 1.4 s does), then cancels them and waits as long again at most (aiohttp's shut-down), then stops the engine:
@@ -54,7 +53,7 @@ SAMPLE_PERIOD_S = 1.0
 SHUTDOWN_GRACE_S = 3.0
 
 
-class Agent(PushedDocuments, NodeOperations):
+class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
     """One engine node: the engine, its gateway and the link to the control plane."""
 
     def __init__(self, settings: AgentSettings):
@@ -125,6 +124,9 @@ class Agent(PushedDocuments, NodeOperations):
         self._log_sent_at = float("-inf")
         # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
         self._held = False
+        # The speculative-decoding rule: off after sustained rejection, back on by a probe (engine_node/speculation.py).
+        self.speculation = SpeculationGuard()
+        self._speculation_reason = ""
         self.memory_cleanup = MemoryCleanup(
             engine_url=lambda: self.engine.base_url,
             backend=settings.backend,
@@ -214,6 +216,7 @@ class Agent(PushedDocuments, NodeOperations):
                 link = self.link
                 if link is not None and link.connected.is_set():
                     await link.send(sample)
+                await self._speculation_check()
             except Exception:
                 log.exception("the metric sample failed; next one in a second")
 
@@ -226,57 +229,6 @@ class Agent(PushedDocuments, NodeOperations):
     def gateway_url(self) -> str:
         """Where clients send their OpenAI requests (plus /v1), as shown on the node's page."""
         return gateway_url(self.settings, self.port)
-
-    def hello(self) -> dict:
-        self._sent_model_name = self.engine.model_name
-        return {
-            "type": "hello",
-            "node": self.settings.node_name,
-            "hostname": socket.gethostname(),
-            "gateway_url": self.gateway_url,
-            # The `model` clients must send: the engine's served model name (a cold config can change it).
-            "served_model_name": self._sent_model_name,
-            "backend": self.settings.backend,
-            "engine_version": self.engine.version,
-            "agent_version": __version__,
-            "platform": platform.platform(),
-            "gpus": self.gpus,
-            "status": self.status,
-            "applied_version": self.config.version if self.config else None,
-            "applied_hash": self.config.hash if self.config else "",
-            "policy_hash": self.bundle["hash"] if self.bundle else "",
-            "intent_model_sha256": self.intent_model_sha256,
-            "warmup_sha256": self.warmup_dataset["sha256"] if self.warmup_dataset else "",
-            "warmup": self.warmup.progress,
-        }
-
-    def heartbeat(self) -> dict:
-        message = {"type": "heartbeat", "status": self.status, "in_flight": self.admission.in_flight}
-        if self.engine.model_name != self._sent_model_name:
-            message["served_model_name"] = self._sent_model_name = self.engine.model_name
-        tail = list(self.engine.log_tail)[-20:]
-        # The log moves with every request; shipping it at most every 10 s keeps heartbeats small.
-        now = time.monotonic()
-        if tail != self._sent_log_tail and now - self._log_sent_at >= LOG_TAIL_PERIOD_S:
-            message["log_tail"] = self._sent_log_tail = tail
-            self._log_sent_at = now
-        return message
-
-    def health(self) -> dict:
-        return {
-            "status": self.status,
-            "node": self.settings.node_name,
-            "backend": self.settings.backend,
-            "served_model_name": self.engine.model_name,
-            "applied": self.config.label if self.config else None,
-            "in_flight": self.admission.in_flight,
-            "engine_pid": self.engine.pid,
-            "engine_version": self.engine.version,
-            "sample": self.telemetry.last,
-            "memory": self.memory_cleanup.last_reading,
-            "last_cleanup": self.memory_cleanup.last_result,
-            "warmup": self.warmup.progress,
-        }
 
     async def on_message(self, message: dict) -> None:
         kind = message.get("type")
@@ -292,6 +244,8 @@ class Agent(PushedDocuments, NodeOperations):
             await self.command(int(message.get("id", 0)), str(message.get("op", "")))
         elif kind == "cleanup_denied":
             self.memory_cleanup.denied(str(message.get("reason", ""))[:200])
+        elif kind == "speculation_denied":
+            log.info("speculative decoding lease refused: %s", str(message.get("reason", ""))[:200])
         elif kind == "error":
             # The control plane could not use something we sent (e.g. a control plane that does not know
             # "sample" yet answers every one with an error): say so once per distinct error, then quietly.
@@ -333,6 +287,10 @@ class Agent(PushedDocuments, NodeOperations):
                 log.error("config %s refused: %s", config.label, exc)
                 await self._reply("nack", config.hash, config.version, str(exc))
                 return
+            if self._speculative_flag(config) != self._speculative_flag(self.config):
+                # New speculative settings (not just the rule's hot fields): the rule starts afresh, with speculation
+                # as the config says.
+                self.speculation = SpeculationGuard()
             new_args = self._engine_args(config)
             kind = "cold" if new_args != self.engine.args else "hot"
             previous = self.config
@@ -379,11 +337,16 @@ class Agent(PushedDocuments, NodeOperations):
 
     def _engine_args(self, config: NodeConfig | None) -> list[str]:
         """The engine flags of `config` under the current policy bundle: without speculative decoding while the
-        pool is degraded and its template turns it off. A policy push never restarts the engine by itself."""
+        pool is degraded and its template turns it off, or while the node's rule has turned it off. A policy push
+        never restarts the engine by itself."""
         degradation = (self.bundle or {}).get("content", {}).get("degradation") or {}
-        return engine_args(
-            config, self.settings, speculative=degradation.get("speculative_decoding", True) is not False
-        )
+        allowed = degradation.get("speculative_decoding", True) is not False and not self.speculation.off
+        return engine_args(config, self.settings, speculative=allowed)
+
+    def _speculative_flag(self, config: NodeConfig | None) -> list[str]:
+        """The --speculative-config this config asks for, whatever the rule or the degradation says now."""
+        args = engine_args(config, self.settings) if config is not None else []
+        return [arg for arg in args if arg.startswith("--speculative-config")]
 
     def _rebuild_policy(self) -> None:
         params = self.config.content if self.config else None

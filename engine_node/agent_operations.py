@@ -9,6 +9,7 @@ import logging
 import math
 
 from engine_node import metrics
+from engine_node.agent_speculation import OPS as SPECULATION_OPS
 from engine_node.batching import Warming
 from engine_node.cleanup import CHECK_PERIOD_S, cleanup_params
 from engine_node.config import NodeConfig
@@ -35,9 +36,9 @@ class NodeOperations:
             )
 
         if self._apply_lock.locked():
-            if op == "cleanup":
-                # The pool's cleanup lease must not wait behind a config apply (a cold restart and its warmup take
-                # minutes): give it back at once, the node asks again once it serves.
+            if op in {"cleanup", *SPECULATION_OPS}:
+                # The pool's cleanup or speculation lease must not wait behind a config apply (a cold restart and its
+                # warmup take minutes): give it back at once, the node asks again once it serves.
                 await progress("failed", result=f"not started: {self._busy_text()}; ask again when it is online")
                 return
             await progress("pending", f"waiting: {self._busy_text()}")
@@ -61,6 +62,8 @@ class NodeOperations:
                     await progress("succeeded", result="gate open, serving")
                 elif op == "cleanup":
                     await self._cleanup(self.memory_cleanup.take_trigger(), progress)
+                elif op in SPECULATION_OPS:
+                    await self._speculation_switch(SPECULATION_OPS[op], progress)
                 elif op == "restart":
                     await progress("running", "draining, then restarting the engine")
                     # The flags of the config and the policy now: a degraded pool's restart leaves speculative

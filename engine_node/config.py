@@ -111,11 +111,34 @@ ENGINE_OPTIONS = (
 
 
 def _speculative_config(spec: dict, draft: ModelEntry | None) -> dict:
-    config = {"method": spec.get("method"), "num_speculative_tokens": spec.get("num_speculative_tokens")}
+    """vLLM's --speculative-config from the template's typed fields only (engine_flags.py renders it)."""
+    tokens = _spec_int(spec, "num_speculative_tokens", 3, 3, 5)
+    config = {"method": spec.get("method"), "num_speculative_tokens": tokens}
     if draft is not None:
         config["model"] = draft.source
         if draft.revision:
             config["revision"] = draft.revision
     elif spec.get("method") == "ngram":
-        config["prompt_lookup_max"] = 4
+        low = _spec_int(spec, "prompt_lookup_min", 1, 1, 16)
+        high = _spec_int(spec, "prompt_lookup_max", 4, 1, 16)
+        if low > high:
+            raise FlagRefused(
+                "speculative.prompt_lookup_min", f"must be at most speculative.prompt_lookup_max ({high})"
+            )
+        config["prompt_lookup_min"], config["prompt_lookup_max"] = low, high
+    limit = spec.get("disable_above_batch_size")
+    if limit is not None:
+        limit = _spec_int(spec, "disable_above_batch_size", None, 1, 4096)
+        # vLLM's batch-size schedule (inclusive ranges, the last one carried forward): k candidates up to `limit`
+        # running requests, none above it.
+        config["num_speculative_tokens_per_batch_size"] = [[1, limit, tokens], [limit + 1, limit + 1, 0]]
     return config
+
+
+def _spec_int(spec: dict, key: str, default: int | None, low: int, high: int) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FlagRefused(f"speculative.{key}", f"must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise FlagRefused(f"speculative.{key}", f"must be between {low} and {high}, got {value}")
+    return value

@@ -82,16 +82,17 @@ def check_draft_tokenizer(models: ConfigModels, *, backend: str) -> str:
         if backend == "simulator":
             return f"tokenizers not compared: no tokenizer files of {missing.label} on this node (simulated engine)"
         raise TokenizerMismatch(
-            f"{DRAFT_FIELD}: cannot prove {models.draft.name!r} shares the main model's tokenizer: no tokenizer "
-            f"files of {missing.label} on this node"
+            f"{DRAFT_FIELD}: cannot prove {models.draft.name!r} shares the tokenizer of the main model "
+            f"{models.main.label}: no tokenizer files of {missing.label} on this node"
         )
     if main.files != draft.files:
         differing = sorted(
             name for name in main.files.keys() | draft.files.keys() if main.files.get(name) != draft.files.get(name)
         )
         raise TokenizerMismatch(
-            f"{DRAFT_FIELD}: {models.draft.name!r} does not share the main model's tokenizer: "
-            f"{', '.join(differing)} differ (main {main.sha256[:12]}, draft {draft.sha256[:12]})"
+            f"{DRAFT_FIELD}: {models.draft.name!r} does not share the tokenizer of the main model "
+            f"{models.main.label}: {', '.join(differing)} differ (main {models.main.label} {main.directory} sha256 "
+            f"{main.sha256[:12]}, draft {models.draft.label} {draft.directory} sha256 {draft.sha256[:12]})"
         )
     return f"draft and main tokenizer files identical (sha256 {main.sha256[:12]})"
 

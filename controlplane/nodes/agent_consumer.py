@@ -12,7 +12,7 @@ from django.db import InterfaceError, OperationalError
 from controlplane.lib import loop_health, realtime, throttling
 from controlplane.metrics.services.ingest import sample_ingestor
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher, warmup_batcher
-from controlplane.nodes.services import agent_policy, agent_sessions, cleanup
+from controlplane.nodes.services import agent_policy, agent_sessions, cleanup, speculation
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 # Reports the agent does not send again by itself: when one cannot be stored even after the retries, the connection
 # is closed so the agent reconnects and its hello carries its state again. Samples, heartbeats and progress reports
 # are repeated anyway; one is given up.
-RECONCILE_ON_FAILURE = frozenset({"hello", "ack", "nack", "command_progress", "cleanup_request"})
+RECONCILE_ON_FAILURE = frozenset({"hello", "ack", "nack", "command_progress", "cleanup_request", "speculation_request"})
 loop_health.loop_register(LOOP, description="agents' messages over their WebSocket (hello, heartbeats, ACK/NACK, ...)")
 
 
@@ -191,6 +191,18 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             )
             if command is None:
                 await self.send_json({"type": "cleanup_denied", "reason": refusal})
+        elif kind == "speculation_request":
+            # The node's speculative-decoding rule wants a drained restart (off or back on): one node of the pool
+            # at a time, granted as a command through node_command, a refusal answered here.
+            command, refusal = await self._db(
+                speculation.speculation_lease_request,
+                node_id=self.node_id,
+                action=str(content.get("action", "")),
+                reason=str(content.get("reason", "")),
+                state=content.get("state"),
+            )
+            if command is None:
+                await self.send_json({"type": "speculation_denied", "reason": refusal})
         elif kind == "warmup_progress":
             # Twice a second per warming node: stored in batches with the other nodes' reports.
             warmup_batcher().record(self.node_id, content)

@@ -195,6 +195,8 @@ class EngineNode(models.Model):
     warmup_finished_at = models.DateTimeField(null=True, blank=True)
     # Kept after a rollback's warmup passes, so the warmup-failed alert outlives the few seconds the state shows it.
     warmup_failed_at = models.DateTimeField(null=True, blank=True)
+    # The agent's speculative-decoding rule (engine_node/speculation.py) as its heartbeat reports it: {state, ...}.
+    speculation = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["pool__name", "name"]
@@ -219,9 +221,13 @@ class EngineNode(models.Model):
 class NodeCommand(models.Model):
     """An operation a node carries out (restart engine, drain, resume, memory cleanup, warmup), and how it went.
 
-    An SRE asks for most; an automatic memory cleanup is asked for by the node itself (no requester). Cleanups
-    wait (`sent_at` empty) until their pool has no other cleanup under way: one node of a pool at a time.
+    An SRE asks for most; an automatic memory cleanup and the speculative-decoding rule's restarts are asked for
+    by the node itself (no requester). Cleanups wait (`sent_at` empty) until their pool has no other cleanup under
+    way: one node of a pool at a time.
     """
+
+    # Ops only a node's own rule asks for; people cannot send them.
+    SYSTEM_OPS = frozenset({"speculation_off", "speculation_on"})
 
     class Op(models.TextChoices):
         RESTART = "restart", "Restart engine"
@@ -229,6 +235,9 @@ class NodeCommand(models.Model):
         RESUME = "resume", "Resume"
         CLEANUP = "cleanup", "Clean up memory"
         WARMUP = "warmup", "Warm up"
+        # Asked for by the node itself (its speculative-decoding rule) and granted one node of a pool at a time.
+        SPECULATION_OFF = "speculation_off", "Speculative decoding off"
+        SPECULATION_ON = "speculation_on", "Speculative decoding on"
 
     class State(models.TextChoices):
         PENDING = "pending"

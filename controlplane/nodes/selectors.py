@@ -10,6 +10,7 @@ from django.utils import timezone
 from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout
 from controlplane.nodes.realtime import version_ref
 from controlplane.nodes.services.cleanup import cleanup_waiting_for, sent_waiting_for
+from controlplane.nodes.speculation_figures import speculation_figures, speculation_summary
 from controlplane.nodes.waiting import PoolContext, node_sync_reason
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
@@ -81,6 +82,7 @@ def node_summary(*, node, now, context: PoolContext | None = None) -> dict:
             "state": node.warmup_state,
             "finished_at": node.warmup_finished_at.isoformat() if node.warmup_finished_at else None,
         },
+        "speculation": speculation_summary(node.speculation),
     }
 
 
@@ -272,6 +274,8 @@ def command_summary(*, command: NodeCommand) -> dict:
         if command.op == NodeCommand.Op.CLEANUP
         else warmup_figures(result=command.result)
         if command.op == NodeCommand.Op.WARMUP
+        else speculation_figures(result=command.result)
+        if command.op in NodeCommand.SYSTEM_OPS
         else None,
         "waiting_for": command_waiting_for(command=command, now=timezone.now()),
         "requested_by": command.requester,

@@ -186,7 +186,7 @@ class GateSerializer(serializers.Serializer):
 
 
 class NodeCommandCreateSerializer(StrictSerializer):
-    op = serializers.ChoiceField(choices=NodeCommand.Op.choices)
+    op = serializers.ChoiceField(choices=[c for c in NodeCommand.Op.choices if c[0] not in NodeCommand.SYSTEM_OPS])
     reason = serializers.CharField(max_length=2000)
 
 
@@ -234,6 +234,16 @@ class NodeWarmupSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
+class NodeSpeculationSerializer(serializers.Serializer):
+    """The node's speculative-decoding rule as its agent last reported it (docs/speculative-decoding.md)."""
+
+    state = serializers.CharField(help_text="on, probing, off, not configured; empty before the agent reports")
+    text = serializers.CharField(help_text="The same with its figures, in words")
+    rejected_windows = serializers.IntegerField(allow_null=True)
+    tokens_per_s = serializers.FloatField(allow_null=True, help_text="generation speed per request, last window")
+    last_change = serializers.CharField(help_text="why it was last turned off or on, with the figures")
+
+
 class NodeSummarySerializer(serializers.Serializer):
     """What the fleet view shows of one node (controlplane.nodes.selectors.node_summary)."""
 
@@ -260,6 +270,7 @@ class NodeSummarySerializer(serializers.Serializer):
     log_tail = serializers.ListField(child=serializers.CharField())
     has_token = serializers.BooleanField()
     warmup = NodeWarmupSerializer()
+    speculation = NodeSpeculationSerializer()
 
 
 class NodeListSerializer(serializers.Serializer):

@@ -32,6 +32,7 @@ from controlplane.metrics import selectors as metrics
 from controlplane.metrics.models import MetricSample
 from controlplane.nodes import realtime as nodes_realtime
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
+from controlplane.nodes.services.speculation import speculation_restarts
 from controlplane.operations.models import DegradationEvent, PoolDegradation
 from controlplane.operations.policy_bundle import push_policy
 from controlplane.params.schema import FIELDS_BY_PATH
@@ -272,6 +273,8 @@ def _dispatch_restarts(pool: Pool, now: datetime) -> None:
             command.save(update_fields=["state", "result", "finished_at"])
         else:
             return
+    if speculation_restarts(pool).filter(sent_at__isnull=False).exists():
+        return  # a node restarts for its speculative-decoding rule: the next one waits for it
     for command in restarts.filter(sent_at__isnull=True, reason=RESTART_REASON).order_by("requested_at", "id"):
         if command.node.is_lost(now):
             command.state, command.finished_at = NodeCommand.State.FAILED, now

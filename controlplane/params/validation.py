@@ -226,6 +226,21 @@ def _check_cross_fields(p: dict) -> list[FieldError]:
     # Whether a draft shares the main model's tokenizer is decided on the node, on the files (tokenizer_files.py).
     if spec["enabled"] and spec["method"] == "draft_model" and not spec["draft_model"]:
         errors.append(FieldError("speculative.draft_model", "required when method is draft_model"))
+    if spec["prompt_lookup_min"] > spec["prompt_lookup_max"]:
+        errors.append(
+            FieldError(
+                "speculative.prompt_lookup_min",
+                f"must be at most speculative.prompt_lookup_max ({spec['prompt_lookup_max']})",
+            )
+        )
+    limit = spec["disable_above_batch_size"]
+    if limit is not None and limit >= eng["max_num_seqs"]:
+        errors.append(
+            FieldError(
+                "speculative.disable_above_batch_size",
+                f"must be below engine.max_num_seqs ({eng['max_num_seqs']}), or empty to speculate at every batch size",
+            )
+        )
     return errors
 
 

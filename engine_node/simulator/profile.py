@@ -20,8 +20,9 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class Faults:
-    """Injected misbehaviour: slower steps, failed requests, a failing /health, a crash, a wedged engine, or GPU
-    memory leaking at `memory_leak_mb_per_s` (engine_node/simulator/gpu.py)."""
+    """Injected misbehaviour: slower steps, failed requests, a failing /health, a crash, a wedged engine, GPU memory
+    leaking at `memory_leak_mb_per_s` (engine_node/simulator/gpu.py), and a draft acceptance rate other than the
+    profile's (spec_acceptance_rate: the traffic's drafts stopped matching)."""
 
     latency_factor: float = 1.0
     error_rate: float = 0.0
@@ -29,6 +30,7 @@ class Faults:
     unhealthy: bool = False
     crash: bool = False
     hang: bool = False
+    spec_acceptance_rate: float | None = None
 
     def updated(self, changes: Any) -> "Faults":
         """These faults with `changes` (a mapping of some of the fields) applied; raises ProfileError."""
@@ -52,6 +54,11 @@ class Faults:
         if "memory_leak_mb_per_s" in changes:
             values["memory_leak_mb_per_s"] = _number(
                 changes["memory_leak_mb_per_s"], "faults.memory_leak_mb_per_s", low=0.0, high=1e6
+            )
+        if "spec_acceptance_rate" in changes:
+            rate = changes["spec_acceptance_rate"]
+            values["spec_acceptance_rate"] = (
+                None if rate is None else _number(rate, "faults.spec_acceptance_rate", low=0.0, high=1.0)
             )
         return Faults(**values)
 

@@ -71,6 +71,7 @@ class Simulator:
             pool=pool,
             prefix_cache=PrefixCache(pool.num_blocks, profile.block_size) if settings.enable_prefix_caching else None,
             sampler=SpeculativeSampler(profile.acceptance_rate, spec_tokens) if spec_tokens else None,
+            speculative=settings.speculative,
             metrics=self.metrics,
             max_num_seqs=settings.max_num_seqs,
             max_num_batched_tokens=settings.max_num_batched_tokens,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from engine_node.simulator.gpu import SimulatedGpu
 from engine_node.simulator.kvcache import BlockPool, PrefixCache
 from engine_node.simulator.metrics import FinishedRequest, SimulatorMetrics
-from engine_node.simulator.model import LatencyModel, SpeculativeSampler
+from engine_node.simulator.model import LatencyModel, SpeculativeConfig, SpeculativeSampler
 from engine_node.simulator.profile import Faults
 from engine_node.simulator.sequence import Sequence, StepOutput
 
@@ -45,6 +45,7 @@ class Engine:
         pool: BlockPool,
         prefix_cache: PrefixCache | None,
         sampler: SpeculativeSampler | None,
+        speculative: SpeculativeConfig | None = None,
         metrics: SimulatorMetrics,
         max_num_seqs: int,
         max_num_batched_tokens: int,
@@ -56,6 +57,7 @@ class Engine:
         self.pool = pool
         self.prefix_cache = prefix_cache
         self.sampler = sampler
+        self.speculative = speculative
         self.metrics = metrics
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -68,6 +70,8 @@ class Engine:
         self.max_running_observed = 0
         self._wakeup = asyncio.Event()
         self._logged_tokens = [0, 0]
+        # Drafts, draft tokens, accepted tokens and accepted per position since the last log line.
+        self._logged_drafts = [0, 0, 0, [0] * (sampler.num_speculative_tokens if sampler else 0)]
 
     def add(self, sequence: Sequence) -> None:
         """Queue a new request."""
@@ -133,7 +137,10 @@ class Engine:
             prefill_tokens = sum(s.num_tokens for s in scheduled if not s.is_decode)
             decode_seqs = sum(1 for s in scheduled if s.is_decode)
             kv_tokens = sum(s.sequence.num_computed for s in scheduled if s.is_decode)
-            duration = self.latency.step_seconds(prefill_tokens, decode_seqs, self.faults.latency_factor, kv_tokens)
+            drafting = any(s.is_decode and s.num_tokens > 1 for s in scheduled)
+            duration = self.latency.step_seconds(
+                prefill_tokens, decode_seqs, self.faults.latency_factor, kv_tokens, drafting=drafting
+            )
             now = time.monotonic()
             start = now if step_end is None else max(step_end, now - MAX_CATCH_UP_S)
             # A leak's allocator waits come after the compute, with the GPU idle (engine_node/simulator/gpu.py).
@@ -152,7 +159,11 @@ class Engine:
 
     def _schedule(self) -> list[_Scheduled]:
         budget = self.max_num_batched_tokens
-        draft = self.sampler.num_speculative_tokens if self.sampler else 0
+        draft = 0
+        if self.sampler:
+            # vLLM's batch-size schedule (num_speculative_tokens_per_batch_size) may give a busy step fewer or none.
+            batch = len(self.running)
+            draft = self.speculative.tokens_at(batch) if self.speculative else self.sampler.num_speculative_tokens
         scheduled: list[_Scheduled] = []
         preemptions_before = self.num_preemptions
         index = 0
@@ -225,8 +236,14 @@ class Engine:
             emitted = 1
             drafts = item.num_tokens - 1
             if self.sampler and drafts:
-                accepted = self.sampler.accepted(sequence.spec_rng)
+                accepted = self.sampler.accepted(
+                    sequence.spec_rng, acceptance_rate=self.faults.spec_acceptance_rate, draft=drafts
+                )
                 self.metrics.record_draft(drafts, accepted)
+                logged = self._logged_drafts
+                logged[0], logged[1], logged[2] = logged[0] + 1, logged[1] + drafts, logged[2] + accepted
+                for position in range(accepted):
+                    logged[3][position] += 1
                 emitted += accepted
             sequence.num_computed += emitted
         else:
@@ -321,3 +338,23 @@ class Engine:
                 self.pool.usage * 100,
                 self.pool.fragmentation * 100,
             )
+            self._log_drafts(interval_s)
+
+    def _log_drafts(self, interval_s: float) -> None:
+        """vLLM's "SpecDecoding metrics: ..." line over the same interval, when anything was drafted."""
+        drafts, drafted, accepted, per_pos = self._logged_drafts
+        self._logged_drafts = [0, 0, 0, [0] * len(per_pos)]
+        if not drafts:
+            return
+        logger.info(
+            "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+            "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+            "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%% (simulated)",
+            1 + accepted / drafts,
+            accepted / interval_s,
+            drafted / interval_s,
+            accepted,
+            drafted,
+            ", ".join(f"{count / drafts:.3f}" for count in per_pos),
+            accepted / drafted * 100 if drafted else float("nan"),
+        )

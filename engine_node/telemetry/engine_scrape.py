@@ -31,9 +31,13 @@ SIM_GPU_UTIL = "sim:gpu_utilization_ratio"
 SIM_GPU_MEMORY_USED = "sim:gpu_memory_used_ratio"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+# Per-request decode speed for the speculative-decoding rule (engine_node/speculation.py): only the histogram's
+# _sum and _count lines are parsed (untyped then), not its buckets.
+TPOT = "vllm:request_time_per_output_token_seconds"
 # Families whose lines are parsed; a prefix match also keeps e.g. _by_reason and _per_pos, dropped after parsing.
 FAMILIES = (RUNNING, WAITING, KV_USAGE, FRAGMENTATION, "vllm:spec_decode_num_draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens", SIM_GPU_UTIL, SIM_GPU_MEMORY_USED)  # fmt: skip
+            "vllm:spec_decode_num_accepted_tokens", SIM_GPU_UTIL, SIM_GPU_MEMORY_USED, TPOT + "_sum",
+            TPOT + "_count")  # fmt: skip
 _PREFIXES = tuple(prefix + name for name in FAMILIES for prefix in ("", "# HELP ", "# TYPE "))
 SCRAPE_TIMEOUT_S = 0.8
 
@@ -65,6 +69,8 @@ def parse_engine_metrics(text: str) -> dict:
         "accepted_tokens": total(ACCEPTED_TOKENS),
         "sim_gpu_util": mean(SIM_GPU_UTIL),
         "sim_gpu_memory_used": mean(SIM_GPU_MEMORY_USED),
+        "tpot_sum": total(TPOT + "_sum"),
+        "tpot_count": total(TPOT + "_count"),
     }
 
 

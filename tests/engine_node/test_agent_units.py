@@ -88,7 +88,7 @@ def test_speculative_false_leaves_the_speculative_flag_out_and_nothing_else():
     config = NodeConfig.from_message(message({**CONTENT, "speculative": spec}))
     on, off = engine_args(config, SETTINGS), engine_args(config, SETTINGS, speculative=False)
     assert json.loads(flag_value(on, "--speculative-config")) == {
-        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4
     }  # fmt: skip
     assert flag_value(off, "--speculative-config") is None
     assert off == [arg for arg in on if not arg.startswith("--speculative-config=")]
@@ -138,6 +138,35 @@ def test_agent_engine_args_follow_the_policy_bundles_degradation(tmp_path):
         "normal": with_spec,
         "forged": with_spec,
     }
+
+
+def test_the_rules_off_state_leaves_the_flag_out_and_new_speculative_settings_start_it_afresh(tmp_path):
+    from engine_node.agent import Agent
+
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n1", backend="simulator", model="base-model",
+        served_model_name="chat", state_dir=tmp_path,
+    )  # fmt: skip
+    spec = {"enabled": True, "method": "ngram", "draft_model": None, "num_speculative_tokens": 3}
+    config = NodeConfig.from_message(message({**CONTENT, "speculative": spec}))
+    hot_only = NodeConfig.from_message(message({**CONTENT, "speculative": {**spec, "window_s": 5}}))
+    four = NodeConfig.from_message(message({**CONTENT, "speculative": {**spec, "num_speculative_tokens": 4}}))
+
+    async def scenario():
+        agent = Agent(settings)
+        agent.config = config
+        agent.speculation.applied("off", "rejected")
+        off = agent._engine_args(config)
+        # What apply() compares: the rule's hot fields do not change the flag, the candidates do.
+        return (
+            off,
+            agent._speculative_flag(hot_only) == agent._speculative_flag(config),
+            (agent._speculative_flag(four) != agent._speculative_flag(config)),
+        )
+
+    off, same, differs = asyncio.run(scenario())
+    assert off == engine_args(config, settings, speculative=False)
+    assert same and differs
 
 
 def test_hot_only_change_keeps_the_engine_flags():

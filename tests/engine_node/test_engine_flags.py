@@ -151,3 +151,67 @@ def test_the_table_matches_vllms_own_parser(vllm_python):
         # Switches and booleans take no value (argparse nargs 0); every other option takes exactly one.
         assert (nargs[flag.option] == 0) == (flag.kind in ("switch", "bool")), (name, nargs[flag.option])
     assert "--no-enable-prefix-caching" in nargs
+
+
+def _spec_flag(args: list[str]) -> dict:
+    return json.loads(next(a for a in args if a.startswith("--speculative-config=")).split("=", 1)[1])
+
+
+def test_ngram_speculation_needs_no_draft_model_and_carries_its_lookup_window():
+    spec = {"enabled": True, "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2}
+    assert _spec_flag(engine_args(config(speculative={**spec, "prompt_lookup_max": 5}), SETTINGS)) == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5,
+    }  # fmt: skip
+
+
+def test_batch_size_limit_becomes_vllms_schedule_with_no_candidates_above_it():
+    spec = {"enabled": True, "method": "ngram", "num_speculative_tokens": 3, "disable_above_batch_size": 8}
+    flag = _spec_flag(engine_args(config(speculative=spec), SETTINGS))
+    assert flag["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 9, 0]]
+
+
+def test_speculation_off_leaves_the_flag_out():
+    spec = {"enabled": True, "method": "ngram", "num_speculative_tokens": 3}
+    args = engine_args(config(speculative=spec), SETTINGS, speculative=False)
+    assert not any(a.startswith("--speculative-config") for a in args)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"num_speculative_tokens": 6}, "speculative.num_speculative_tokens: must be between 3 and 5, got 6"),
+        ({"num_speculative_tokens": "3"}, "speculative.num_speculative_tokens: must be an integer, got str"),
+        ({"prompt_lookup_min": 5, "prompt_lookup_max": 2}, "speculative.prompt_lookup_min: must be at most"),
+        ({"prompt_lookup_max": "4 --trust-remote-code"}, "speculative.prompt_lookup_max: must be an integer"),
+        ({"disable_above_batch_size": 0}, "speculative.disable_above_batch_size: must be between 1 and 4096"),
+        ({"disable_above_batch_size": True}, "speculative.disable_above_batch_size: must be an integer"),
+    ],
+)
+def test_speculative_values_the_node_refuses_name_the_field(spec, message):
+    with pytest.raises(ConfigRejected, match=message.replace("(", r"\(")):
+        engine_args(config(speculative={"enabled": True, "method": "ngram", "num_speculative_tokens": 3, **spec}),
+                    SETTINGS)  # fmt: skip
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_the_rendered_speculative_config(vllm_python):
+    """vLLM 0.32's own SpeculativeConfig fields and batch-size schedule validation take what the node renders."""
+    spec = {"enabled": True, "method": "ngram", "num_speculative_tokens": 3, "disable_above_batch_size": 8}
+    rendered = _spec_flag(engine_args(config(speculative=spec), SETTINGS))
+    code = (
+        "import json, sys\n"
+        "from vllm.config.speculative import SpeculativeConfig\n"
+        "from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup\n"
+        "c = json.loads(sys.argv[1])\n"
+        "missing = sorted(set(c) - set(SpeculativeConfig.__dataclass_fields__))\n"
+        "assert not missing, missing\n"
+        "lookup = build_dynamic_sd_schedule_lookup(c['num_speculative_tokens_per_batch_size'], 16, 3)\n"
+        "print(json.dumps(lookup))\n"
+    )
+    result = subprocess.run(
+        [str(vllm_python), "-c", code, json.dumps(rendered)], cwd=ROOT, env=dict(os.environ, **VLLM_ENV),
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lookup = json.loads(result.stdout.strip().splitlines()[-1])
+    assert lookup[1:9] == [3] * 8 and lookup[9:] == [0] * 8

@@ -258,7 +258,9 @@ def test_degradation_restarts_nodes_one_at_a_time_without_speculative_decoding_a
     )
     wait_until(lambda: all(a.health()["status"] == "online" for a in agents), 30, "both nodes online")
     for agent in agents:
-        assert speculative_flag(agent) == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+        assert speculative_flag(agent) == {
+            "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4
+        }  # fmt: skip
     pids = {a.name: engine_cmdline(a)[0] for a in agents}
 
     with Traffic(agents) as traffic, Beat() as beat, Watch(agents) as watch:

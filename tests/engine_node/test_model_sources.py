@@ -162,9 +162,12 @@ def test_different_tokenizer_files_are_refused_naming_the_draft(tmp_path):
     main = write_tokenizer(tmp_path / "main", {"a": 0, "b": 1})
     draft = write_tokenizer(tmp_path / "draft", {"a": 0, "c": 1})
     with pytest.raises(
-        TokenizerMismatch, match=r"^speculative.draft_model: 'd' does not share .* tokenizer.json differ"
-    ):
+        TokenizerMismatch, match=r"^speculative.draft_model: 'd' does not share the tokenizer of the main model 'm'"
+    ) as refused:
         check_draft_tokenizer(models_of(main, draft), backend="vllm")
+    # Both sides are named with where their files are and their digests.
+    assert f"main 'm' {main} sha256 " in str(refused.value) and f"draft 'd' {draft} sha256 " in str(refused.value)
+    assert "tokenizer.json differ" in str(refused.value)
     # A file present on one side only is a difference too.
     (draft / "tokenizer.json").write_text((main / "tokenizer.json").read_text())
     (draft / "merges.txt").write_text("a b\n")

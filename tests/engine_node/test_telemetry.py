@@ -37,6 +37,8 @@ from tests.engine_node.simulator.conftest import Simulator, chat_body
 from tests.engine_node.test_gateway_policy import start_node
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_0_32_metrics.txt"
+# vLLM's per-request time per output token in that exposition (9 requests).
+TPOT_SUM, TPOT_COUNT = 0.024768084724296924, 9.0
 NGRAM = {"enabled": True, "method": "ngram", "num_speculative_tokens": 3}
 
 
@@ -213,6 +215,8 @@ def test_parses_vllm_0_32_exposition():
         "accepted_tokens": None,
         "sim_gpu_util": None,  # the simulator's own, for its pretend GPU
         "sim_gpu_memory_used": None,
+        "tpot_sum": pytest.approx(TPOT_SUM),
+        "tpot_count": TPOT_COUNT,
     }
 
 

@@ -182,3 +182,29 @@ def test_speculative_decoding_off_restarts_nodes_one_at_a_time(world, node, djan
     assert list(
         restarts.filter(sent_at__isnull=False, finished_at__isnull=True).values_list("node__name", flat=True)
     ) == ["gpu-2"]
+
+
+def test_degradation_restarts_wait_for_a_speculation_rule_restart(world, node):
+    """A node restarting for its own speculative-decoding rule holds the pool's turn: no degradation restart of
+    another node starts beside it (and no rule restart beside a degradation restart: test_speculation_lease.py)."""
+    from controlplane.nodes.services.speculation import speculation_lease_request
+
+    engine_nodes.node_create(actor=world["sre"], name="gpu-2", pool=world["staging"])
+    EngineNode.objects.filter(name__in=["gpu-1", "gpu-2"]).update(
+        is_connected=True, connected_at=T0, last_seen_at=datetime.now(UTC)
+    )
+    template, _ = template_with_versions(world["sre"])
+    document = {"inference_params": {"speculative": {"enabled": True, "method": "ngram"}}}
+    v2 = template_version_create(actor=world["sre"], template=template, document=document, base_number=1)
+    pool_services.pool_publish(actor=world["sre"], pool=world["staging"], version=v2, reason="spec on")
+    rule, _ = speculation_lease_request(node_id=node.pk, action="off", reason="rejected", state={})
+    degradation.degradation_enable(actor=world["sre"], pool=world["staging"], reason="peak")
+    restarts = NodeCommand.objects.filter(op=NodeCommand.Op.RESTART, reason=degradation.RESTART_REASON)
+    assert restarts.count() == 2 and not restarts.filter(sent_at__isnull=False).exists()
+    NodeCommand.objects.filter(pk=rule.pk).update(state=NodeCommand.State.SUCCEEDED, finished_at=datetime.now(UTC))
+    degradation.degradation_evaluate()
+    assert restarts.filter(sent_at__isnull=False).count() == 1
+    late, _ = engine_nodes.node_create(actor=world["sre"], name="gpu-3", pool=world["staging"])
+    EngineNode.objects.filter(pk=late.pk).update(is_connected=True, last_seen_at=datetime.now(UTC))
+    refused, refusal = speculation_lease_request(node_id=late.pk, action="off", reason="rejected", state={})
+    assert refused is None and refusal == "gpu-1 of pool staging is out of service (restart engine)"

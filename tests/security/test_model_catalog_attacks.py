@@ -191,7 +191,7 @@ def test_the_agent_refuses_hostile_configs_pushed_past_the_control_planes_checks
                         "tiny-draft-other", str(models_dir / "tiny-draft-other"), is_draft_capable=True
                     ),
                 },
-                "speculative.draft_model: 'tiny-draft-other' does not share the main model's tokenizer: "
+                "speculative.draft_model: 'tiny-draft-other' does not share the tokenizer of the main model 'tiny': "
                 "tokenizer_config.json differ",
             ),
             (

@@ -70,7 +70,7 @@ def _render_node(request, name, *, issued):
             "commands": [
                 selectors.command_summary(command=c) for c in node.commands.select_related("requested_by")[:20]
             ],
-            "ops": NodeCommand.Op.choices,
+            "ops": [c for c in NodeCommand.Op.choices if c[0] not in NodeCommand.SYSTEM_OPS],
             "issued": issued,
             "charts": node_charts(node),
             "absent": [

@@ -14,6 +14,7 @@ from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.selectors import node_desired_version, node_summary
 from controlplane.nodes.services import cleanup, rollouts, version_runs
+from controlplane.nodes.services.speculation import reported_speculation
 from controlplane.params.models import TemplateVersion
 
 LOG_TAIL_LINES = 50
@@ -47,6 +48,7 @@ def node_hello(*, node_id: int, session_id: str, hello: dict) -> dict | None:
         node.connected_at = node.last_seen_at = now
         if isinstance(hello.get("warmup"), dict):
             _record_warmup(node, hello["warmup"], now)
+        node.speculation = reported_speculation(hello.get("speculation")) or {}
         if applied_hash != node.applied_hash:
             node.applied_hash = applied_hash
             node.applied_version = _version_by_hash(applied_hash, hello.get("applied_version"))
@@ -79,6 +81,11 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
     if isinstance(log_tail, list):
         node.log_tail = [str(line)[:500] for line in log_tail[-LOG_TAIL_LINES:]]
         fields.append("log_tail")
+    speculation = reported_speculation(heartbeat.get("speculation"))
+    if speculation is not None:
+        changed = changed or speculation.get("state") != node.speculation.get("state")
+        node.speculation = speculation
+        fields.append("speculation")
     node.save(update_fields=fields)
     if changed:
         _broadcast(node)
@@ -213,7 +220,7 @@ def node_command_progress(*, node_id: int, command_id: int, state: str, progress
     command = NodeCommand.objects.select_related("node__pool").filter(pk=command_id, node_id=node_id).first()
     if changed and command is not None:
         realtime.node_command_changed(command)
-        if finished and command.op == NodeCommand.Op.CLEANUP:
+        if finished and command.op in {NodeCommand.Op.CLEANUP, *NodeCommand.SYSTEM_OPS}:
             cleanup.cleanup_dispatch_next(pool_id=node.pool_id)
 
 

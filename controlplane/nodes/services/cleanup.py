@@ -32,6 +32,17 @@ def _cleanups(pool: Pool):
     )
 
 
+def _speculation_restarts(pool: Pool):
+    """The speculative-decoding rule's restarts under way in the pool (services/speculation.py): a node out of
+    service too, so no cleanup starts beside one."""
+    return NodeCommand.objects.select_related("node").filter(
+        node__pool=pool,
+        op__in=[NodeCommand.Op.SPECULATION_OFF, NodeCommand.Op.SPECULATION_ON],
+        finished_at__isnull=True,
+        sent_at__isnull=False,
+    )
+
+
 def _max_duration_s(node: EngineNode) -> int:
     """The node's bound on a cleanup: from the version it runs, else its pool's desired one, else the default."""
     for version in (node.applied_version, node.pool.desired_version):
@@ -65,7 +76,7 @@ def _expire(pool: Pool, now) -> None:
 def _dispatch_next(pool: Pool, now) -> NodeCommand | None:
     """Send the pool's oldest waiting cleanup unless another one is under way; the caller holds the pool lock."""
     _expire(pool, now)
-    if _cleanups(pool).filter(sent_at__isnull=False).exists():
+    if _cleanups(pool).filter(sent_at__isnull=False).exists() or _speculation_restarts(pool).exists():
         return None
     for command in _cleanups(pool).filter(sent_at__isnull=True).order_by("requested_at", "id"):
         if command.node.is_lost(now):
@@ -164,6 +175,9 @@ def cleanup_lease_request(*, node_id: int, trigger: str, fragmentation=None) -> 
         other = _cleanups(pool).order_by("sent_at", "requested_at").first()
         if other is not None:
             return None, f"{other.node.name} of pool {pool.name} is cleaning up or waiting to"
+        restarting = _speculation_restarts(pool).first()
+        if restarting is not None:
+            return None, f"{restarting.node.name} of pool {pool.name} is restarting for its speculative-decoding rule"
         if trigger == "threshold" and isinstance(fragmentation, int | float):
             reason = f"automatic: memory fragmentation {fragmentation:.1%} above the template's threshold"
         elif trigger == "timer":

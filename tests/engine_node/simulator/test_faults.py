@@ -72,7 +72,7 @@ def test_faults_from_the_environment_apply_at_start(start_simulator):
     assert simulator.get("/health").status == 503
     assert simulator.get("/sim/faults").json == {
         "latency_factor": 2.0, "error_rate": 0.0, "memory_leak_mb_per_s": 0.0, "unhealthy": True, "crash": False,
-        "hang": False,
+        "hang": False, "spec_acceptance_rate": None,
     }  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The simulator's model pieces in-process: token estimate, reply text, draft acceptance, KV blocks, profiles."""
 
+import json
 import math
 import random
 import statistics
@@ -147,3 +148,60 @@ def test_demo_profile_delivers_the_field_reports_latency_and_reply_lengths():
     lengths = statistics.NormalDist(math.log(profile.reply_median), profile.reply_sigma)
     assert lengths.cdf(math.log(256)) == pytest.approx(0.91, abs=0.005)
     assert 1 - lengths.cdf(math.log(512)) == pytest.approx(0.007, abs=0.001)
+
+
+def test_batch_schedule_follows_vllms_rules():
+    config = SpeculativeConfig.parse(
+        json.dumps(
+            {
+                "method": "ngram",
+                "num_speculative_tokens": 4,
+                "num_speculative_tokens_per_batch_size": [[1, 4, 4], [9, 16, 2]],
+            }
+        )
+    )
+    assert [config.tokens_at(b) for b in (1, 4, 5, 8, 9, 16, 40)] == [4, 4, 4, 4, 2, 2, 2]
+    for bad, message in (
+        ([], "must be a non-empty list"),
+        ([[2, 4, 3]], "must start at 1"),
+        ([[1, 4, 3], [3, 8, 1]], "non-overlapping"),
+        ([[1, 4, -1]], ">= 0"),
+        ([[1, 4]], "3-item sequence"),
+    ):
+        raw = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": bad})
+        with pytest.raises(ValueError, match=message):
+            SpeculativeConfig.parse(raw)
+    with pytest.raises(ValueError, match="prompt_lookup_min=5 must be <= prompt_lookup_max=2"):
+        SpeculativeConfig.parse(
+            json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2})
+        )
+
+
+def test_sampler_takes_another_rate_and_draft_length_when_asked():
+    sampler = SpeculativeSampler(acceptance_rate=0.9, num_speculative_tokens=3)
+    rng = random.Random(7)
+    low = [sampler.accepted(rng, acceptance_rate=0.1) for _ in range(4000)]
+    assert sum(low) / (3 * len(low)) == pytest.approx(0.1, abs=0.02)
+    assert max(sampler.accepted(rng, draft=1) for _ in range(200)) == 1
+
+
+def test_spec_decode_log_line_is_vllms(caplog):
+    """The periodic "SpecDecoding metrics: ..." line in vLLM 0.32's wording (vllm/v1/spec_decode/metrics.py)."""
+    from engine_node.simulator.runtime import Simulator, SimulatorSettings
+
+    settings = SimulatorSettings(
+        host="127.0.0.1", port=0, model="m", served_model_names=["m"], max_num_seqs=4, max_num_batched_tokens=64,
+        gpu_memory_utilization=0.5, max_model_len=1024, quantization=None, enable_prefix_caching=False,
+        speculative=SpeculativeConfig("ngram", 3), seed=0, log_requests=False,
+    )  # fmt: skip
+    engine = Simulator(settings, load_profile()).engine
+    engine._logged_drafts = [10, 30, 15, [8, 5, 2]]
+    with caplog.at_level("INFO"):
+        engine._log_drafts(10.0)
+        engine._log_drafts(10.0)  # nothing drafted since: no line
+    lines = [r.getMessage() for r in caplog.records if "SpecDecoding" in r.getMessage()]
+    assert lines == [
+        "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 1.50 tokens/s, Drafted throughput: "
+        "3.00 tokens/s, Accepted: 15 tokens, Drafted: 30 tokens, Per-position acceptance rate: 0.800, 0.500, 0.200, "
+        "Avg Draft acceptance rate: 50.0% (simulated)"
+    ]
