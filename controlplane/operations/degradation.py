@@ -281,7 +281,7 @@ def _dispatch_restarts(pool: Pool, now: datetime) -> None:
             command.result = "not sent: the node was not connected when its turn came"
             command.save(update_fields=["state", "result", "finished_at"])
             continue
-        command.sent_at = now
+        command.sent_at = timezone.now()  # under the pool's lock: `now` may predate the previous restart's end
         command.save(update_fields=["sent_at"])
         transaction.on_commit(lambda command=command: nodes_realtime.node_command(command))
         transaction.on_commit(lambda command=command: nodes_realtime.node_command_changed(command))

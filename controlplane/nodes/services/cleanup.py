@@ -82,7 +82,9 @@ def _dispatch_next(pool: Pool, now) -> NodeCommand | None:
         if command.node.is_lost(now):
             _finish(command, result="not sent: the node was not connected when its turn came", now=now)
             continue
-        command.sent_at = now
+        # Stamped now, under the pool's lock: a caller's `now` may predate the lock it waited for, and with it the
+        # end of the command that held the lease (the order the one-at-a-time rule is read by).
+        command.sent_at = timezone.now()
         command.save(update_fields=["sent_at"])
         transaction.on_commit(lambda command=command: realtime.node_command(command))
         # Browsers: this one is sent now, and the ones behind it wait for another node.
@@ -185,7 +187,7 @@ def cleanup_lease_request(*, node_id: int, trigger: str, fragmentation=None) -> 
         else:
             reason = f"automatic ({trigger})"
         command = NodeCommand.objects.create(
-            node=node, op=NodeCommand.Op.CLEANUP, requested_by=None, reason=reason, sent_at=now
+            node=node, op=NodeCommand.Op.CLEANUP, requested_by=None, reason=reason, sent_at=timezone.now()
         )
         audit_record(actor=None, action="node.cleanup", target=node, after={"command": command.pk}, reason=reason)
         impact_hooks.cleanup(pool=pool, nodes=[node.name], actor=None, reason=reason, command_ids=[command.pk])

@@ -93,7 +93,7 @@ def speculation_lease_request(*, node_id: int, action: str, reason: str, state=N
         if other is not None:
             return None, f"{other.node.name} of pool {pool.name} is out of service ({other.get_op_display().lower()})"
         command = NodeCommand.objects.create(
-            node=node, op=OPS[action], requested_by=None, reason=f"automatic: {reason}", sent_at=now
+            node=node, op=OPS[action], requested_by=None, reason=f"automatic: {reason}", sent_at=timezone.now()
         )
         audit_record(
             actor=None,
