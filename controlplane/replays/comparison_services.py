@@ -5,7 +5,7 @@ from django.db import transaction
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.impact.comparisons import impact_record_comparison
 from controlplane.lib.errors import InvalidField
-from controlplane.nodes.services.rollouts import p99_thresholds
+from controlplane.nodes.services.canary_analysis import p99_thresholds
 from controlplane.params.diff import params_diff
 from controlplane.replays import noise
 from controlplane.replays.comparison import RunInput, SloLines, compare_runs

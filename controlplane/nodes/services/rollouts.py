@@ -3,12 +3,12 @@
 A stage's window starts once all its nodes ACKed the new version and their samples describe it alone: each 1 s
 sample's latency figures cover the node's last `SAMPLE_WINDOW_S` seconds of requests, so the samples of those first
 seconds still mix in requests served by the version before (a slow version's first samples would read as half
-fast). After that settling time and the pool's analysis window, the canary nodes' P99, error rate and
-spec-decode acceptance (means over the window) are compared with the rest of the pool (the baseline) and with the
-p99-latency alert rule's thresholds. A pass promotes to the next stage; a fail (or a NACK from a canary node) ends
-the rollout and the control plane itself rolls the canary nodes back to the version they ran before, audited as
-"system" with the evidence. The last stage covers the whole pool, so it has no baseline: it succeeds once every node
-ACKed, and from then on the alert rules watch the pool as always.
+fast). After that settling time and the pool's analysis window, the canary nodes' P99, error rate and spec-decode
+acceptance (means over the window) are compared with the rest of the pool (the baseline) and with the p99-latency
+alert rule's thresholds (canary_analysis.py). A pass promotes to the next stage; a fail (or a NACK from a canary
+node, or no ACK within ROLLOUT_APPLY_TIMEOUT_S) ends the rollout and the control plane itself rolls the canary nodes
+back to the version they ran before, audited as "system" with the evidence. The last stage covers the whole pool, so
+it has no baseline: it succeeds once every node ACKed, and from then on the alert rules watch the pool as always.
 """
 
 import math
@@ -21,22 +21,11 @@ from django.utils import timezone
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, InvalidField, required_text
-from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import SAMPLE_WINDOW_S
-from controlplane.metrics.selectors import window_values
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
+from controlplane.nodes.services.canary_analysis import rollout_analysis
 
-# Canary P99 above baseline × this (and above the warning line) fails; so does any P99 above the critical line.
-P99_RATIO = 1.5
-# Canary error rate above the baseline's by more than this (one percentage point) fails.
-ERROR_RATE_MARGIN = 0.01
-# Spec-decode acceptance lower than the baseline's by more than this (20 points), where both decode speculatively.
-ACCEPTANCE_DROP = 0.20
-# Seed thresholds, used when the p99-latency rule is missing or disabled.
-P99_WARN_S, P99_CRITICAL_S = 1.6, 2.0
-# A canary node with fewer samples than this share of the window is "missing": its figures would not mean much.
-MIN_SAMPLE_SHARE = 0.25
 # Missing canary metrics hold the stage; after this many windows without them the stage fails.
 STALE_WINDOWS_TO_FAIL = 2
 MAX_STAGES = 10
@@ -327,79 +316,6 @@ def _apply_overdue(rollout: Rollout, waiting: list[EngineNode], now: datetime) -
     }
     _fail(rollout, evidence)
     return True
-
-
-def rollout_analysis(*, rollout: Rollout, now: datetime) -> dict:
-    """Canary against baseline over the last window: figures, thresholds and a verdict (pass | fail | hold)."""
-    window = rollout.pool.analysis_window_s
-    canary_names = set(rollout.canary_nodes)
-    baseline_names = set(rollout.pool.nodes.values_list("name", flat=True)) - canary_names
-    warn, critical = p99_thresholds()
-    canary, missing = _figures(sorted(canary_names), window, now)
-    baseline, _ = _figures(sorted(baseline_names), window, now)
-    evidence = {
-        "stage": rollout.stage_index,
-        "at": now.isoformat(),
-        "window_s": window,
-        "canary_nodes": sorted(canary_names),
-        "canary": canary,
-        "baseline": baseline,
-        "thresholds": {
-            "p99_warn_s": warn,
-            "p99_critical_s": critical,
-            "p99_ratio": P99_RATIO,
-            "error_rate_margin": ERROR_RATE_MARGIN,
-            "acceptance_drop": ACCEPTANCE_DROP,
-        },
-        "reasons": [],
-    }
-    if missing:
-        evidence["verdict"] = "hold"
-        evidence["reasons"].append("no recent metrics from " + ", ".join(missing))
-        return evidence
-    reasons = evidence["reasons"]
-    p99, base_p99 = canary["latency_p99_s"], baseline["latency_p99_s"]
-    if p99 is not None and critical is not None and p99 > critical:
-        reasons.append(f"canary P99 {p99:.3f} s is above the critical line {critical} s")
-    elif p99 is not None and p99 > warn and (base_p99 is None or p99 > base_p99 * P99_RATIO):
-        compared = "" if base_p99 is None else f" and {P99_RATIO}× the baseline's {base_p99:.3f} s"
-        reasons.append(f"canary P99 {p99:.3f} s is above the warning line {warn} s{compared}")
-    errors, base_errors = canary["error_rate"], baseline["error_rate"]
-    if errors is not None and errors > (base_errors or 0.0) + ERROR_RATE_MARGIN:
-        reasons.append(f"canary error rate {errors:.2%} is above the baseline's {(base_errors or 0.0):.2%} + 1 point")
-    acceptance, base_acceptance = canary["spec_acceptance_rate"], baseline["spec_acceptance_rate"]
-    if acceptance is not None and base_acceptance is not None and base_acceptance - acceptance > ACCEPTANCE_DROP:
-        reasons.append(
-            f"spec-decode acceptance {acceptance:.0%} is more than 20 points below the baseline's {base_acceptance:.0%}"
-        )
-    evidence["verdict"] = "fail" if reasons else "pass"
-    return evidence
-
-
-def p99_thresholds() -> tuple[float, float | None]:
-    """The p99-latency alert rule's warning and critical lines (its newest enabled version), else the seed's."""
-    from controlplane.alerts.models import AlertRuleVersion
-
-    version = AlertRuleVersion.objects.filter(rule__name="p99-latency").order_by("-number").first()
-    if version is None or not version.is_enabled:
-        return P99_WARN_S, P99_CRITICAL_S
-    return version.warn, version.critical
-
-
-def _figures(names: list[str], window: float, now: datetime) -> tuple[dict, list[str]]:
-    """Window means over these nodes' 1 s samples, and which nodes sent too few samples to count."""
-    figures, missing = {}, []
-    for metric in ("latency_p99_s", "error_rate", "spec_acceptance_rate"):
-        values: list[float] = []
-        for name in names:
-            node_values = window_values(
-                scope=MetricSample.Scope.NODE, name=name, metric=metric, seconds=window, now=now
-            )
-            if metric == "latency_p99_s" and len(node_values) < max(1, window * MIN_SAMPLE_SHARE):
-                missing.append(name)
-            values.extend(node_values)
-        figures[metric] = sum(values) / len(values) if values else None
-    return figures, missing
 
 
 # --- moving on ------------------------------------------------------------------------------------------
