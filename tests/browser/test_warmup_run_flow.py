@@ -46,10 +46,18 @@ def test_sre_warms_up_a_node_and_follows_the_progress_bar_live(seeded, server_ur
             90,
             "the node to apply the pool's config and pass its warmup",
         )
+        wait_until(lambda: agent.health()["status"] == "online", 10, "the gate to open")
+        # The row can say "passed" for the start-up warmup in the moment between the config's ACK and the config
+        # warmup's first progress report: read it once it reports the warmup the node itself says it ran last.
+        ran_last = agent.health()["warmup"]["trigger"]
+        wait_until(
+            lambda: (n := node_row()).warmup_state == "passed" and n.warmup_progress.get("trigger") == ran_last,
+            10,
+            f"the node's row to report its last warmup ({ran_last})",
+        )
         last = node_row().warmup_progress
         assert last["trigger"] in {"start", "config"}, last
         assert last["done"] == last["total"] == dataset.message_count, last
-        wait_until(lambda: agent.health()["status"] == "online", 10, "the gate to open")
 
         page = new_page()
         login(page, server_url, "sre")
