@@ -89,12 +89,20 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
         # The start-up warmup passed; v1's engine flags differ from those the node started on, so a config warmup
         # follows. Reports within one batch (0.5 s) are stored newest last, so the start's is read off the node.
         wait_until(lambda: warmups(agent, "start", "passed") == 1, 60, "the start-up warmup on the node's counter")
+        wait_until(lambda: node_row("gpu-1").applied_hash == v1.content_hash, 30, "ACK of v1")
+        wait_until(lambda: agent.health()["status"] == "online", 30, "the gate to open")
+        # Read the row once it reports the warmup the node ran last: right after the ACK it may still hold the
+        # start-up warmup's result, or the config warmup's progress part way.
+        ran_last = agent.health()["warmup"]["trigger"]
+        wait_until(
+            lambda: (n := node_row("gpu-1")).warmup_state == "passed" and n.warmup_progress.get("trigger") == ran_last,
+            10,
+            f"the node's row to report its last warmup ({ran_last})",
+        )
         node = node_row("gpu-1")
         assert node.warmup_progress["trigger"] in {"start", "config"}
         assert node.warmup_progress["done"] == 120 and node.warmup_progress["check_requests"] == 100
         assert node.warmup_progress["p99"] <= 0.5
-        wait_until(lambda: node_row("gpu-1").applied_hash == v1.content_hash, 30, "ACK of v1")
-        wait_until(lambda: agent.health()["status"] == "online", 30, "the gate to open")
         assert agent.chat()[0] == 200
 
         v2 = template_version_create(
@@ -106,7 +114,8 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
         assert node.last_nack_error.startswith("warmup failed: p99 "), node.last_nack_error
         assert "> 0.5 s over the first 100 requests" in node.last_nack_error
         assert node.applied_hash == v1.content_hash
-        assert node.warmup_failed_at is not None
+        # The NACK is stored at once, warmup reports in 0.5 s batches: the failure's time may land a moment later.
+        wait_until(lambda: node_row("gpu-1").warmup_failed_at is not None, 10, "the failed warmup to be stored")
 
         # Back on v1, warmed up again and serving.
         wait_until(lambda: node_row("gpu-1").warmup_progress.get("trigger") == "rollback", 60, "the rollback warmup")
