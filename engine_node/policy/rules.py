@@ -105,6 +105,7 @@ class Decision:
     degraded: bool = False
     whitelist: str | None = None
     notes: tuple[str, ...] = field(default=())
+    confidence_floor: float | None = None  # the template's intent floor this decision was judged against
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -220,6 +221,7 @@ class Policy:
             degraded=self.degraded,
             whitelist=whitelist,
             notes=tuple(notes),
+            confidence_floor=floor,
         )
 
     def strict_hits(self, text: str) -> list[RegexHit]:
