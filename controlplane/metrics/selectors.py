@@ -106,6 +106,25 @@ def window_values(*, scope: str, name: str, metric: str, seconds: float, now: da
     return [value for value in map(_number, columns[metric]) if value is not None]
 
 
+def pool_intent_rows(
+    *, since: datetime, until: datetime, resolution_s: int
+) -> dict[str, list[tuple[float, float, float]]]:
+    """pool -> [(unix t, intent_classified, intent_below_floor_share)] of its rows in (since, until], oldest first;
+    rows with nothing classified are left out. One query for every pool (the alert pass reads it once)."""
+    rows = (
+        MetricSample.objects.filter(scope=MetricSample.Scope.POOL, resolution_s=resolution_s, t__gt=since, t__lte=until)
+        .order_by("t")
+        .annotate(classified=_key("intent_classified"), share=_key("intent_below_floor_share"))
+        .values_list("name", "t", "classified", "share")
+    )
+    result: dict[str, list[tuple[float, float, float]]] = {}
+    for name, t, classified, share in rows:
+        classified, share = _number(classified), _number(share)
+        if classified and classified > 0 and share is not None:
+            result.setdefault(name, []).append((t.timestamp(), classified, share))
+    return result
+
+
 def history_resolution(*, since: datetime, until: datetime, now: datetime | None = None) -> int:
     """1 for a range of at most an hour that 1 s rows still cover, 60 otherwise."""
     now = now or timezone.now()
