@@ -16,10 +16,11 @@ from asgiref.sync import async_to_sync
 
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import MAX_WINDOW_COUNT, SampleRejected, sample_parse
-from tests.metrics.conftest import browser_headers, sample
+from tests.metrics.conftest import browser_headers, fleet_nodes, sample
 from tests.metrics.test_ingest import agent, connected, next_event, rows_stored
 
 NOW = time.time()
+fleet_nodes = fleet_nodes  # pools staging and prod-main; nodes sim-1, gpu-1 and gpu-2 with their tokens
 HIST = {"90-100": 9, "50-60": 3}
 
 
@@ -76,7 +77,7 @@ def test_a_refused_sample_stores_nothing_and_the_pool_share_is_what_the_nodes_se
     sre = browser_headers(users["sre"])
 
     async def scenario():
-        pool = await connected("/ws/metrics/pool/prod-main/", sre)
+        pool = await connected("/ws/metrics/pools/prod-main/", sre)
         gpu1, gpu2 = await agent(fleet_nodes["gpu-1"]), await agent(fleet_nodes["gpu-2"])
         # gpu-2 tries to pass off a huge share and a histogram of its own making.
         await gpu2.send_json_to(sample(intent_classified=10**12, intent_below_floor_share=50.0))
