@@ -36,7 +36,12 @@ reply_length:
   min: 4
   max: 12
 """
-DOCUMENT = {"inference_params": {"max_tokens": {"default": 16, "continuation_max_rounds": 0}}}
+DOCUMENT = {
+    "inference_params": {
+        "max_tokens": {"whitelist": [], "default": 16, "streaming_threshold": 16, "continuation_max_rounds": 0},
+        "degradation": {"max_tokens": 16},
+    }
+}
 SURE_CANDIDATES = ["我的订单到哪了？", "帮我查一下订单物流", "有什么适合送女朋友的生日礼物推荐吗", "嗯嗯", "hmm ok"]
 # New wording the shop's model never saw: a campaign's slang, keyboard mash, a lone interjection.
 UNSURE_CANDIDATES = ["嘿", "??", "lorem ipsum dolor", "xkcd 1234 blorp", "qwertyuiop", "asdf qwer zxcv"]
