@@ -13,7 +13,8 @@ for. Each pass computes, for every pool, from its aggregate rows (controlplane/m
   None as above, and while the baseline holds fewer classified requests than the window needs or covers less than
   half of its range (a pool that just started has no "usual" yet: only the absolute line judges it).
 
-Ranges of up to an hour read 1 s rows, longer ones the 60 s rows (metrics selectors' `history_resolution`). A row's
+Ranges of up to an hour read 1 s rows, longer ones the 60 s rows (metrics selectors' `history_resolution`); the
+window is summed in the database (one row per pool), the baseline's rows are read for their median. A row's
 `intent_classified` covers the agents' sample window (10 s), so rows count a request about window/resolution times:
 the requests of a range are the sum of its rows' counts times resolution / SAMPLE_WINDOW_S.
 """
@@ -39,23 +40,25 @@ def requests_in(rows: Rows, resolution_s: int) -> float:
     return math.fsum(classified for _, classified, _ in rows) * resolution_s / SAMPLE_WINDOW_S
 
 
-def weighted_share(rows: Rows) -> float | None:
-    total = math.fsum(classified for _, classified, _ in rows)
-    return math.fsum(classified * share for _, classified, share in rows) / total if total > 0 else None
-
-
 def judge(
-    window: Rows, baseline: Rows, *, window_resolution_s: int, baseline_resolution_s: int, baseline_s: float
+    window: tuple[float, float],
+    baseline: Rows,
+    *,
+    window_resolution_s: int,
+    baseline_resolution_s: int,
+    baseline_s: float,
 ) -> dict[str, float | None]:
-    """Both signals of one pool from its window's and its baseline's rows."""
+    """Both signals of one pool from its window's totals (sum of the rows' classified counts, and of their counts
+    below the floor) and its baseline's rows."""
     min_requests = settings.ALERT_INTENT_DRIFT_MIN_REQUESTS
     result: dict[str, float | None] = {name: None for name in SIGNAL_NAMES}
-    if requests_in(window, window_resolution_s) < min_requests:
+    classified, below = window
+    if classified * window_resolution_s / SAMPLE_WINDOW_S < min_requests:
         return result
-    share = weighted_share(window)
+    share = below / classified
     result[signals.INTENT_DRIFT_SHARE.name] = share
     covered = len(baseline) >= 2 and baseline[-1][0] - baseline[0][0] >= BASELINE_COVERAGE_MIN * baseline_s
-    if share is not None and covered and requests_in(baseline, baseline_resolution_s) >= min_requests:
+    if covered and requests_in(baseline, baseline_resolution_s) >= min_requests:
         result[signals.INTENT_DRIFT_RISE.name] = share - statistics.median(row[2] for row in baseline)
     return result
 
@@ -67,11 +70,11 @@ def drift_by_pool(*, now: datetime) -> dict[str, dict[str, float | None]]:
     start = split - timedelta(seconds=baseline_s)
     window_resolution = metrics.history_resolution(since=split, until=now, now=now)
     baseline_resolution = metrics.history_resolution(since=start, until=split, now=now)
-    windows = metrics.pool_intent_rows(since=split, until=now, resolution_s=window_resolution)
+    windows = metrics.pool_intent_totals(since=split, until=now, resolution_s=window_resolution)
     baselines = metrics.pool_intent_rows(since=start, until=split, resolution_s=baseline_resolution)
     return {
         pool: judge(
-            windows.get(pool, []),
+            windows.get(pool, (0.0, 0.0)),
             baselines.get(pool, []),
             window_resolution_s=window_resolution,
             baseline_resolution_s=baseline_resolution,

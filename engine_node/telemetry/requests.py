@@ -119,8 +119,8 @@ class RequestLog(_Window):
             intents[entry[_INTENT]] = intents.get(entry[_INTENT], 0) + 1
             tiers[entry[_TIER]] = tiers.get(entry[_TIER], 0) + 1
             confidence = entry[_CONFIDENCE]
-            if confidence is not None and confidence == confidence:  # NaN is no reading
-                confidences[min(9, max(0, int(confidence * 10)))] += 1
+            if confidence is not None and 0.0 <= confidence <= 1.0:  # NaN is no reading
+                confidences[int(confidence * 10) if confidence < 1.0 else 9] += 1
                 below_floor += entry[_BELOW_FLOOR]
             if outcome != "ok":
                 continue

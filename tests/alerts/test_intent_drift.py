@@ -23,21 +23,26 @@ def rows(share: float, classified: float, seconds: int, start: float = 0.0) -> l
     return [(start + t, classified, share) for t in range(0, seconds, STEP_S)]
 
 
+def totals(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """A window as the database sums it: classified requests, and those below the floor."""
+    return sum(n for _, n, _ in rows), sum(n * share for _, n, share in rows)
+
+
 def test_a_share_well_above_the_baseline_is_a_rise_and_a_steady_one_is_none():
     baseline = rows(0.05, 100, 60)
     risen = intent_drift.judge(
-        rows(0.40, 100, 20, 60), baseline, window_resolution_s=1, baseline_resolution_s=1, baseline_s=60
+        totals(rows(0.40, 100, 20, 60)), baseline, window_resolution_s=1, baseline_resolution_s=1, baseline_s=60
     )
     assert risen["intent_drift_share"] == pytest.approx(0.40)
     assert risen["intent_drift_rise"] == pytest.approx(0.35)
     steady = intent_drift.judge(
-        rows(0.06, 100, 20, 60), baseline, window_resolution_s=1, baseline_resolution_s=1, baseline_s=60
+        totals(rows(0.06, 100, 20, 60)), baseline, window_resolution_s=1, baseline_resolution_s=1, baseline_s=60
     )
     assert steady["intent_drift_rise"] == pytest.approx(0.01)
 
 
 def test_the_window_weights_rows_by_classified_requests_and_the_baseline_takes_the_median():
-    window = [(0, 90, 0.0), (2, 10, 1.0)]  # 10 % of the requests, though half the rows are at 100 %
+    window = totals([(0, 90, 0.0), (2, 10, 1.0)])  # 10 % of the requests, though half the rows are at 100 %
     baseline = [(-60, 100, 0.02), (-40, 100, 0.04), (-20, 100, 0.9)]  # one burst does not lift the median
     values = intent_drift.judge(window, baseline, window_resolution_s=60, baseline_resolution_s=60, baseline_s=60)
     assert values["intent_drift_share"] == pytest.approx(0.10)
@@ -47,14 +52,22 @@ def test_the_window_weights_rows_by_classified_requests_and_the_baseline_takes_t
 def test_too_few_classified_requests_judge_nothing():
     # 10 rows of 40 classified over a 10 s sample window: 40 requests, under the 50 needed.
     thin = intent_drift.judge(
-        rows(0.9, 40, 20, 60), rows(0.05, 100, 60), window_resolution_s=1, baseline_resolution_s=1, baseline_s=60
+        totals(rows(0.9, 40, 20, 60)),
+        rows(0.05, 100, 60),
+        window_resolution_s=1,
+        baseline_resolution_s=1,
+        baseline_s=60,
     )
     assert thin == {"intent_drift_share": None, "intent_drift_rise": None}
 
 
 def test_without_a_baseline_only_the_absolute_share_is_judged():
     young = intent_drift.judge(
-        rows(0.5, 100, 20, 60), rows(0.05, 100, 20, 40), window_resolution_s=1, baseline_resolution_s=1, baseline_s=60
+        totals(rows(0.5, 100, 20, 60)),
+        rows(0.05, 100, 20, 40),
+        window_resolution_s=1,
+        baseline_resolution_s=1,
+        baseline_s=60,
     )  # the baseline covers a third of its range
     assert young["intent_drift_share"] == pytest.approx(0.5) and young["intent_drift_rise"] is None
 
