@@ -14,7 +14,6 @@ import urllib.request
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
@@ -33,6 +32,7 @@ from controlplane.params.services.templates import template_create, template_ver
 from tests.engine_node import fleet
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
 from tests.live_server import Daphne
+from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -145,32 +145,10 @@ def speculative_flag(agent: AgentProcess) -> dict | None:
     return json.loads(value) if value is not None else None
 
 
-class Beat:
-    """`degradation_evaluate` every half second in a thread, as the beat schedule runs it in production: each
-    pass sends a pool's next waiting restart once the one before it finished."""
-
-    def __init__(self):
-        self._stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(0.5):
-                try:
-                    degradation_evaluate()
-                except Exception as exc:  # reported by the test, in its own thread
-                    self.errors.append(exc)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+def Beat() -> Periodic:
+    """`degradation_evaluate` every half second in a thread, as the beat schedule runs it in production: each pass
+    sends a pool's next waiting restart once the one before it finished."""
+    return Periodic(degradation_evaluate)
 
 
 class Watch:
