@@ -8,7 +8,6 @@ The ramp is written as the node's samples at fake times a thousand seconds ahead
 
 import itertools
 import json
-import threading
 import time
 import urllib.request
 from datetime import timedelta
@@ -151,31 +150,21 @@ def Beat() -> Periodic:
     return Periodic(degradation_evaluate)
 
 
-class Watch:
+class Watch(Periodic):
     """Polls both agents' /healthz; `overlaps` counts the polls where no node of the pool was online."""
 
     def __init__(self, agents: list[AgentProcess]):
+        super().__init__(self._poll, every_s=0.05)
         self.agents = agents
         self.statuses: dict[str, set[str]] = {a.name: set() for a in agents}
         self.overlaps = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(0.05):
-            now = {a.name: a.health()["status"] for a in self.agents}
-            for name, status in now.items():
-                self.statuses[name].add(status)
-            if all(status != "online" for status in now.values()):
-                self.overlaps += 1
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def _poll(self) -> None:
+        now = {a.name: a.health()["status"] for a in self.agents}
+        for name, status in now.items():
+            self.statuses[name].add(status)
+        if all(status != "online" for status in now.values()):
+            self.overlaps += 1
 
 
 def restarts(state: str | None = None):
