@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from controlplane.accounts.roles import Action
-from controlplane.alerts import detectors, intent_drift, signals
+from controlplane.alerts import coverage, detectors, intent_drift, signals
 from controlplane.alerts.derived import canary_rolled_back_pools, node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
 from controlplane.lib.loop_health import LoopState, loops_health
@@ -56,6 +56,7 @@ class ControlPlaneCollector:
         yield self.canary_family(now)
         yield from self.trend_families(pool_of)
         yield from self.alert_families()
+        yield self.no_source_family(pool_of, now)
         yield from self.loop_families(now)
 
     def sample_families(self, latest, pool_of):
@@ -222,6 +223,19 @@ class ControlPlaneCollector:
         )
         tracked.add_metric([], float(NodeRestartTrack.objects.count()))
         yield tracked
+
+    def no_source_family(self, pool_of, now):
+        """1 per node rule the node has no source for (alerts/coverage.py): the rule watches nothing there."""
+        family = GaugeMetricFamily(
+            "controlplane_alert_rule_no_source",
+            "1 when the node has no source for the rule's figure (no fragmentation reading, no DCGM exporter, no GPU):"
+            " the rule is neither firing nor healthy on that node",
+            labels=["node", "pool", "rule", "metric"],
+        )
+        for node, entries in coverage.uncovered_by_node(now=now).items():
+            for entry in entries:
+                family.add_metric([node, pool_of.get(node, ""), entry["rule"], entry["metric"]], 1.0)
+        return family
 
     def loop_families(self, now):
         """The background loops of the process that answers the scrape (`controlplane/lib/loop_health.py`)."""
