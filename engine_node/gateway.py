@@ -265,8 +265,17 @@ class Gateway:
         intent = (
             (decision.intent or "none") if source == "classifier" else ("tag" if source == "business_tag" else "none")
         )
+        floor = decision.confidence_floor
+        confidence = decision.confidence if source == "classifier" and floor is not None else None
         self.requests.record(
-            e2e_s=e2e, outcome=outcome, ttft_s=ttft_s, tokens=tokens, intent=intent, tier=decision.tier
+            e2e_s=e2e,
+            outcome=outcome,
+            ttft_s=ttft_s,
+            tokens=tokens,
+            intent=intent,
+            tier=decision.tier,
+            confidence=confidence,
+            below_floor=confidence is not None and confidence < floor,
         )
 
     def _granted_decision(self, request: web.Request, chat: ChatRequest) -> tuple[Decision, dict, dict]:

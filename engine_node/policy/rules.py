@@ -108,6 +108,7 @@ class Decision:
     # The reply may run past max_tokens.streaming_threshold: a client that accepts a stream gets one after that many
     # tokens (engine_node/long_replies.py); None when max_tokens is at or below the threshold.
     stream_after_tokens: int | None = None
+    confidence_floor: float | None = None  # the template's intent floor this decision was judged against
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -226,6 +227,7 @@ class Policy:
             whitelist=whitelist,
             notes=tuple(notes),
             stream_after_tokens=stream_after,
+            confidence_floor=floor,
         )
 
     def strict_hits(self, text: str) -> list[RegexHit]:

@@ -14,8 +14,11 @@
     ["gt2k", ">2k"],
   ];
 
-  const share = (bucket) => (v) => {
-    const hist = v.length_hist;
+  // The classifier's confidence in ten buckets of 10 % (controlplane/metrics/samples.py CONFIDENCE_BUCKETS).
+  const CONFIDENCE_BUCKETS = Array.from({ length: 10 }, (_, i) => `${i * 10}-${i * 10 + 10}`);
+
+  const share = (bucket, map = "length_hist") => (v) => {
+    const hist = v[map];
     if (!hist) return null;
     const total = Object.values(hist).reduce((a, b) => a + b, 0);
     return total > 0 ? (hist[bucket] || 0) / total : null;
@@ -81,6 +84,27 @@
         { name: ">1k share", get: key("long_request_share"), metric: "long_request_share", emphasis: true },
       ],
       lines: [line(0.05, ">1k alert 5 %", COLORS.bad, "dash")],
+    },
+    {
+      id: "intent",
+      title: "Intent classifier confidence",
+      percent: true,
+      stacked: true,
+      traces: [
+        ...CONFIDENCE_BUCKETS.map((bucket) => ({
+          name: bucket + " %",
+          get: share(bucket, "intent_confidence_hist"),
+          metric: "intent_confidence_hist",
+          bar: true,
+        })),
+        {
+          name: "below the floor",
+          get: key("intent_below_floor_share"),
+          metric: "intent_below_floor_share",
+          emphasis: true,
+        },
+      ],
+      lines: [line(0.3, "intent-unsure 30 %", COLORS.warn, "dash")],
     },
   ];
 
