@@ -48,7 +48,7 @@ SAMPLE_METRICS: tuple[Signal, ...] = (
     Signal("spec_rejection_rate", "speculative-decoding rejection", "ratio", _ALL, "spec_rejection_ratio"),
     Signal("fragmentation_ratio", "GPU memory fragmentation", "ratio", _ALL, "memory_fragmentation_ratio"),
     Signal("gpu_util", "GPU utilisation", "ratio", _ALL, "gpu_utilization_ratio"),
-    Signal("sm_util", "SM utilisation", "ratio", _ALL, "sm_utilization_ratio"),
+    Signal("sm_util", "SM activity (DCGM)", "ratio", _ALL, "sm_utilization_ratio"),
     Signal("gpu_memory_used", "GPU memory used", "ratio", _ALL, "gpu_memory_used_ratio"),
     Signal("batch_timeout_rate", "requests past their batch timeout", "ratio", _ALL, "batch_timeout_ratio"),
     Signal("long_request_share", "share of requests above 1k tokens", "ratio", _ALL, "long_request_ratio"),
