@@ -75,6 +75,25 @@
       lines: [line(0.2, "warn 20 %", COLORS.warn, "dash"), line(0.35, "critical 35 %", COLORS.bad, "solid")],
     },
     {
+      // The leak case (显存泄漏): utilisation drifting down while memory used creeps up (the gpu-memory-leak rule).
+      id: "gpu",
+      title: "GPU",
+      percent: true,
+      traces: [
+        { name: "utilisation (NVML)", get: key("gpu_util"), metric: "gpu_util" },
+        { name: "SM activity (DCGM)", get: key("sm_util"), metric: "sm_util" },
+        { name: "memory used", get: key("gpu_memory_used"), metric: "gpu_memory_used" },
+      ],
+    },
+    {
+      // The batch-timeout case: requests that waited past twice batch.timeout_ms or were refused after the queue
+      // timeout, read beside the throughput chart (the batch-timeout rule fires only with a throughput drop).
+      id: "batch-timeouts",
+      title: "Batch timeouts",
+      percent: true,
+      traces: [{ name: "timed-out share", get: key("batch_timeout_rate"), metric: "batch_timeout_rate" }],
+    },
+    {
       id: "length",
       title: "Request length (prompt + completion tokens)",
       percent: true,
