@@ -94,6 +94,10 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
     for name, name_runs in runs.items():
         for run in name_runs:
             value = figures[run.pk] = saturated_throughput(run)
+            # Traceable: the requests counted are the run's own completed requests, listed by seq.
+            completed, _ = figure_requests(run=run, figure="throughput.requests_per_s")
+            assert set(value["seqs"]) <= set(completed.values_list("seq", flat=True)) and value["seqs"], run.pk
+            assert run.requests.count() == run.planned > QPS * SEND_S * 0.8, (run.pk, run.planned)
             rounds = dict(run.requests.filter(ok=True).values_list("continuation_rounds").annotate(n=Count("pk")))
             failed = dict(run.requests.filter(ok=False).values_list("status_code").annotate(n=Count("pk")))
             example = run.requests.filter(ok=False).values_list("error", flat=True).first()
@@ -103,10 +107,6 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
                 f"TTFT P50 {value['ttft_p50_s']:.2f} s; {run.requests.filter(ok=False).count()} failed of "
                 f"{run.requests.count()} (by status {failed}, e.g. {example!r}); continuation rounds {rounds}"
             )
-            # Traceable: the requests counted are the run's own completed requests, listed by seq.
-            completed, _ = figure_requests(run=run, figure="throughput.requests_per_s")
-            assert set(value["seqs"]) <= set(completed.values_list("seq", flat=True)) and value["seqs"], run.pk
-            assert run.requests.count() == run.planned > QPS * SEND_S * 0.8, (run.pk, run.planned)
 
     verdicts = {}
     for key in ("requests_per_s", "output_tokens_per_s"):
@@ -133,7 +133,7 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
     assert all(run["repeat_run_ids"] for run in comparison.result["runs"]), comparison.result["runs"]
 
     # The direction, where it is beyond noise. In the simulator the template completes fewer answers per second at
-    # saturation, not 36 % more: the gateway continues every reply the cap cut (about 9 % of them), each continuation
+    # saturation, not 36 % more: the gateway continues every reply the cap cut (about 10 % of them), each continuation
     # is one more engine request that waits for a seat and prefills the partial reply again, and replies above 512
     # tokens (which the defaults cut) run on to 768. Engine work per answer does not fall, so neither does the cost.
     diff, beyond = verdicts["requests_per_s"]
