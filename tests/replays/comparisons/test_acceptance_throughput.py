@@ -12,12 +12,12 @@ every simulated duration x 12) and gives both versions engine.max_num_seqs 16: t
 requests a second, and 10 QPS offered for 26 s keeps requests waiting for a seat. The figure is the completed
 requests (and their output tokens) per second whose answer arrived from 8 s (seats filled) to the end of sending
 (backlog still queued), computed from the run's request rows and listed by seq. Each version is replayed twice,
-alternating, and the difference counts as beyond noise when the two versions' ranges do not overlap and the
-difference of their means exceeds the larger spread of the repeats.
+alternating, and the difference counts as beyond noise by a two-sample t-test at 95 % over the repeats.
 
 Everything here is simulated (engine_node.simulator), not a vLLM measurement.
 """
 
+import math
 import statistics
 
 import pytest
@@ -44,6 +44,7 @@ SEATS = 16
 QPS = 10
 SEND_S = 26  # about 260 requests a run
 WINDOW = (8.0, float(SEND_S))
+T_95_DF2 = 4.303  # Student's t, two-sided 95 %, 2 degrees of freedom
 
 
 @pytest.fixture
@@ -69,12 +70,14 @@ def saturated_throughput(run) -> dict:
     }
 
 
-def noise_verdict(baseline: list[float], compared: list[float]) -> tuple[float, bool]:
-    """Difference of the means, and whether it is beyond the repeats' noise (ranges apart, diff > larger spread)."""
+def noise_verdict(baseline: list[float], compared: list[float]) -> tuple[float, float, bool]:
+    """Difference of the means, its t statistic and whether it is beyond noise: a two-sample t-test with pooled
+    variance at 95 % (two repeats each: 2 degrees of freedom, |t| > 4.303)."""
     diff = statistics.mean(compared) - statistics.mean(baseline)
-    spread = max(max(baseline) - min(baseline), max(compared) - min(compared))
-    apart = min(compared) > max(baseline) or max(compared) < min(baseline)
-    return diff, apart and abs(diff) > spread
+    pooled = (statistics.variance(baseline) + statistics.variance(compared)) / 2
+    se = math.sqrt(pooled * (1 / len(baseline) + 1 / len(compared)))
+    t = diff / se if se else math.copysign(math.inf, diff) if diff else 0.0
+    return diff, t, abs(t) > T_95_DF2
 
 
 def test_throughput_at_saturation(saturation_fleet, sre, agent):
@@ -112,11 +115,12 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
     for key in ("requests_per_s", "output_tokens_per_s"):
         base = [figures[r.pk][key] for r in runs["defaults"]]
         compared = [figures[r.pk][key] for r in runs["template"]]
-        diff, beyond = noise_verdict(base, compared)
-        verdicts[key] = (diff, beyond)
+        diff, t, beyond = noise_verdict(base, compared)
+        verdicts[key] = (diff, t, beyond)
         print(
             f"  {key:<20} defaults {base[0]:.2f} / {base[1]:.2f}  template {compared[0]:.2f} / {compared[1]:.2f}  "
-            f"diff {diff:+.2f} ({diff / statistics.mean(base):+.1%}) {'beyond' if beyond else 'within'} noise"
+            f"diff {diff:+.2f} ({diff / statistics.mean(base):+.1%}, t {t:+.2f}) {'beyond' if beyond else 'within'} "
+            "noise"
         )
     # The stored comparison of the second pair (the first pair are its repeat runs), over each run's whole window.
     comparison = replay_comparison_create(
@@ -132,10 +136,11 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
     assert comparison.result["is_simulated"] is True
     assert all(run["repeat_run_ids"] for run in comparison.result["runs"]), comparison.result["runs"]
 
-    # The direction, where it is beyond noise. In the simulator the template completes fewer answers per second at
-    # saturation, not 36 % more: the gateway continues every reply the cap cut (about 10 % of them), each continuation
-    # is one more engine request that waits for a seat and prefills the partial reply again, and replies above 512
-    # tokens (which the defaults cut) run on to 768. Engine work per answer does not fall, so neither does the cost.
-    diff, beyond = verdicts["requests_per_s"]
-    if beyond:
-        assert diff < 0, verdicts
+    # The direction, where it is beyond noise. In the simulator the template completes fewer answers (and tokens) per
+    # second at saturation, not 36 % more: the gateway continues every reply the cap cut (about 10 % of them), each
+    # continuation is one more engine request that waits for a seat and prefills the partial reply again, and replies
+    # above 512 tokens (which the defaults cut) run on to 768. Engine work per answer does not fall, so neither does
+    # the cost. Two repeats resolve this only when the machine is steady (docs/comparisons.md: five runs).
+    for key, (diff, _, beyond) in verdicts.items():
+        if beyond:
+            assert diff < 0, (key, verdicts)
