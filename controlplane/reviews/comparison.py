@@ -1,10 +1,12 @@
 """A candidate intent model against a pool's current one, on the reviewed messages and on recent sampled traffic.
 
-Reviewed messages carry a reviewer's label, so both models get an accuracy there; the candidate may have been trained
-on some of them (a dataset built from the queue holds every label), which the result counts so the page can say its
-figure there is optimistic. Recent traffic is every message the nodes sampled in the last days (labelled or not,
-each counted as often as it was seen): no truth, so the figures are agreement between the two models and how the
-share of each predicted label moves. Both sets are the unsure messages, not all traffic.
+Messages are classified with fictitious values in place of the node's placeholders, as a dataset built from the queue
+holds them (engine_node/policy/masking.py). Reviewed messages carry a reviewer's label, so both models get an accuracy
+there; the candidate may have been trained on some of them (a dataset built from the queue holds every label), which
+the result counts so the page can say its figure there is optimistic. Recent traffic is every message the nodes
+sampled in the last days (labelled or not, each counted as often as it was seen): no truth, so the figures are
+agreement between the two models and how the share of each predicted label moves. Both sets are the unsure messages,
+not all traffic.
 """
 
 import json
@@ -17,6 +19,7 @@ from controlplane.datasets.models import IntentDataset, IntentModel
 from controlplane.params.schema import INTENT_LABELS
 from controlplane.reviews.models import ReviewItem
 from engine_node.policy.intent import IntentClassifier
+from engine_node.policy.masking import with_stand_ins
 
 # Pure-Python classification costs a fraction of a millisecond a message: a few thousand keep the page under a second.
 MAX_MESSAGES = 2000
@@ -47,7 +50,8 @@ def review_comparison(*, candidate: IntentModel, current: IntentModel | None) ->
     trained_texts = _dataset_texts(candidate.dataset_id)
     per_label = {label: {"reviewed": 0, "current_right": 0, "candidate_right": 0} for label in INTENT_LABELS}
     right_old = right_new = agree_reviewed = 0
-    for text, label in reviewed:
+    for masked, label in reviewed:
+        text = with_stand_ins(masked)
         said_old, said_new = old.classify(text).label, new.classify(text).label
         right_old += said_old == label
         right_new += said_new == label
@@ -58,7 +62,8 @@ def review_comparison(*, candidate: IntentModel, current: IntentModel | None) ->
         row["candidate_right"] += said_new == label
     shares_old, shares_new = Counter(), Counter()
     agree_recent = total_recent = 0
-    for text, seen in recent:
+    for masked, seen in recent:
+        text = with_stand_ins(masked)
         said_old, said_new = old.classify(text).label, new.classify(text).label
         shares_old[said_old] += seen
         shares_new[said_new] += seen
@@ -85,7 +90,7 @@ def review_comparison(*, candidate: IntentModel, current: IntentModel | None) ->
         "current": str(current) if current is not None else "built-in model",
         "candidate": str(candidate),
         "reviewed": n,
-        "reviewed_in_training": sum(text in trained_texts for text, _ in reviewed),
+        "reviewed_in_training": sum(with_stand_ins(text) in trained_texts for text, _ in reviewed),
         "current_accuracy": right_old / n if n else None,
         "candidate_accuracy": right_new / n if n else None,
         "reviewed_agreement": agree_reviewed / n if n else None,

@@ -18,6 +18,7 @@ from controlplane.nodes.models import EngineNode
 from controlplane.params.schema import INTENT_LABELS
 from controlplane.reviews.models import ReviewItem
 from controlplane.reviews.samples import checked_batch
+from engine_node.policy.masking import with_stand_ins
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +133,14 @@ def review_dataset_create(*, actor, base: IntentDataset, name: str) -> IntentDat
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["text", "label", "lang", "template"])
-    reviewed_texts = {item.text for item in labelled}
+    reviewed_texts = {with_stand_ins(item.text) for item in labelled}
     for text, label, lang, template in base.rows:
         if text not in reviewed_texts:  # a reviewer's label replaces whatever the base said of the same text
             writer.writerow([text, label, lang, template])
     for item in labelled:
-        writer.writerow([item.text, item.label, _lang(item.text), f"review-{item.pk}" if base.has_templates else ""])
+        # Trained on as the gateway will read such a message: fictitious values where the node masked real ones.
+        text = with_stand_ins(item.text)
+        writer.writerow([text, item.label, _lang(item.text), f"review-{item.pk}" if base.has_templates else ""])
     description = f"{base.name} + {len(labelled)} reviewed messages"
     return intent_dataset_create(actor=actor, name=name, content=out.getvalue(), fmt="csv", description=description)
 

@@ -32,6 +32,8 @@
   function count(name, delta) {
     const el = document.querySelector('[data-count="' + name + '"]');
     if (el) el.textContent = String(Number(el.textContent) + delta);
+    const build = document.querySelector("[data-testid=review-dataset-form] button");
+    if (build && name === "labelled") build.disabled = Number(el.textContent) === 0;
   }
 
   function fail(text) {

@@ -2,7 +2,18 @@
 
 import pytest
 
-from engine_node.policy.masking import ADDRESS, CARD, EMAIL, ID_NUMBER, NUMBER, ORDER, PHONE, luhn_valid, mask
+from engine_node.policy.masking import (
+    ADDRESS,
+    CARD,
+    EMAIL,
+    ID_NUMBER,
+    NUMBER,
+    ORDER,
+    PHONE,
+    luhn_valid,
+    mask,
+    with_stand_ins,
+)
 
 
 @pytest.mark.parametrize(
@@ -74,3 +85,13 @@ def test_hostile_texts_are_masked_without_error():
 def test_luhn():
     assert luhn_valid("4111111111111111") and luhn_valid("5500000000000004")
     assert not luhn_valid("4111111111111112")
+
+
+def test_stand_ins_put_fictitious_values_of_each_kind_back():
+    masked = mask("订单20231105778812没到，手机13812345678，寄到北京市朝阳区建国路88号")
+    restored = with_stand_ins(masked)
+    assert "<" not in restored and "20240101000000" in restored and "13800000000" in restored
+    assert "13812345678" not in restored and "建国路88号" not in restored
+    assert with_stand_ins(mask("ship to 123 Main St, mail a@b.com")) == "ship to 1 Main St, mail user@example.com"
+    # Each stand-in is masked again as its kind: it reads as the data it stands for.
+    assert mask(restored) == masked

@@ -1,0 +1,106 @@
+"""The review queue in Chromium: messages the gateway of a real agent (serving the simulator) was unsure of arrive
+masked, are labelled with the keyboard (a digit, Enter for the prediction, u to undo), and become a new version of the
+intent dataset. The replies come from the simulator; only the policy's decisions matter here."""
+
+import re
+
+import pytest
+from openai import OpenAI
+
+from controlplane.accounts.models import User
+from controlplane.audit.models import AuditEntry
+from controlplane.nodes.models import EngineNode
+from controlplane.params.schema import INTENT_LABELS
+from controlplane.reviews.models import ReviewItem
+from engine_node.policy.intent import IntentClassifier
+from engine_node.policy.rules import Policy
+from engine_node.review_sampling import ReviewSampler
+from tests.browser.test_dashboard_flow import login
+from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# Vague or mixed messages, each with personal data the node must mask; the test keeps those the shipped model is
+# unsure of (the model may change, the behaviour under test does not).
+CANDIDATES = [
+    "嗯嗯 那个 我手机13812345678 你们看着办吧",
+    "hmm ok so what now, call me +44 20 7946 0958",
+    "the cup arrived broken, what are you going to do? order #A1234567",
+    "is this moisturiser ok for eczema? my email is jane@example.com",
+    "这个能用吗 寄到北京市朝阳区建国路88号",
+    "还行吧 卡号4111 1111 1111 1111",
+    "so uh yeah 123 Main St",
+    "你好在吗 身份证110101199003074578",
+]
+SECRETS = ["13812345678", "7946 0958", "A1234567", "jane@", "建国路88号", "4111 1111", "123 Main St", "110101199003"]
+
+
+def unsure_messages(floor: float) -> list[str]:
+    policy, sampler = Policy(None, None, IntentClassifier.load()), ReviewSampler()
+    return [text for text in CANDIDATES if sampler.reasons(policy.decide(text), floor)][:5]
+
+
+def test_unsure_messages_arrive_masked_and_are_labelled_with_the_keyboard(staging_served, new_page, shot):
+    server = staging_served("gpu-q1")
+    node = EngineNode.objects.get(name="gpu-q1")
+    floor = node.applied_version.effective_params["intent"]["confidence_floor"]
+    messages = unsure_messages(floor)
+    assert len(messages) >= 3, "the shipped model is sure of nearly every candidate: pick vaguer ones"
+    client = OpenAI(base_url=f"{node.gateway_url}/v1", api_key=TEST_CLIENT_KEY, max_retries=0)
+    for text in messages:
+        client.chat.completions.create(
+            model="simulated-chat-model", messages=[{"role": "user", "content": text}], max_tokens=8
+        )
+    # The agent sends its batch with a metric sample, at most every 5 s.
+    wait_until(lambda: ReviewItem.objects.count() == len(messages), 30, "the sampled messages to be stored")
+
+    page = new_page()
+    login(page, server.url, "agent")
+    page.goto(f"{server.url}/intents/")
+    page.click("[data-testid=review-queue-link]")
+    page.wait_for_url(f"{server.url}/intents/review/")
+    rows = page.locator("[data-testid=review-pending] tbody tr[data-id]")
+    assert rows.count() == len(messages)
+    table = page.locator("[data-testid=review-pending]").inner_text()
+    for secret in SECRETS:
+        assert secret not in table
+    assert re.search(r"<(PHONE|ORDER|EMAIL|ADDRESS|CARD|ID)>", table)
+    assert "gpu-q1" in table and "staging" in table
+    assert "below the floor" in table or "close runner-up" in table
+    shot(page, "review-queue-pending")
+
+    first, second, third = (rows.nth(i).get_attribute("data-id") for i in range(3))
+    predicted = rows.nth(1).get_attribute("data-predicted")
+    page.keyboard.press("2")  # the second label, on the selected (first) row
+    page.locator(f'tr[data-id="{first}"].done').wait_for()
+    page.locator(f'tr[data-id="{second}"].selected').wait_for()
+    page.keyboard.press("Enter")  # the prediction, on the row the cursor moved to
+    page.locator(f'tr[data-id="{second}"].done').wait_for()
+    page.locator(f'tr[data-id="{third}"].selected').wait_for()
+    page.keyboard.press("ArrowUp")
+    page.locator(f'tr[data-id="{second}"].selected').wait_for()
+    page.keyboard.press("j")
+    page.locator(f'tr[data-id="{third}"].selected').wait_for()
+    page.keyboard.press("7")  # the third gets the seventh label ...
+    page.keyboard.press("u")  # ... taken back at once, before the label's call has even returned
+    page.locator(f'tr[data-id="{third}"]:not(.done)').wait_for()
+    wait_until(lambda: ReviewItem.objects.filter(status="labelled").count() == 2, 10, "two labels after the undo")
+    assert page.locator("[data-count=labelled]").inner_text() == "2"
+    shot(page, "review-queue-labelled")
+
+    assert ReviewItem.objects.get(pk=first).label == INTENT_LABELS[1]
+    assert ReviewItem.objects.get(pk=second).label == predicted
+    assert ReviewItem.objects.get(pk=third).status == "pending"
+    actions = list(AuditEntry.objects.filter(action__startswith="review_item.").values_list("action", "actor_name"))
+    assert sorted(actions) == sorted([("review_item.label", "agent")] * 3 + [("review_item.undo", "agent")])
+
+    # The labels become a new version of the demo's intent dataset, trained as any dataset is.
+    page.goto(f"{server.url}/intents/review/")
+    page.select_option("select[name=base]", "shop-intents")
+    page.fill("input[name=name]", "shop-intents-r2")
+    page.click("[data-testid=review-dataset-form] button")
+    page.wait_for_url(f"{server.url}/intents/datasets/shop-intents-r2/")
+    assert "2 reviewed messages" in page.content()
+    shot(page, "review-dataset-version")
+    created = AuditEntry.objects.filter(action="intent_dataset.create").order_by("-id").first()
+    assert (created.actor_id, created.after["name"]) == (User.objects.get(username="agent").pk, "shop-intents-r2")
