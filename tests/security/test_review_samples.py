@@ -121,3 +121,12 @@ def test_over_the_socket_a_bad_batch_is_answered_with_an_error_and_stores_nothin
     assert first["type"] == "error" and "at most" in first["error"]
     assert second["type"] == "error" and "samples[1].text" in second["error"]
     assert list(ReviewItem.objects.values_list("text", flat=True)) == ["ok 手机<PHONE>"]
+
+
+@pytest.mark.django_db
+def test_a_nodes_text_is_shown_as_text_on_the_queue_page(node, users, client):
+    ingest(node, sample('<img src=x onerror="alert(1)"> refund </td><script>alert(2)</script>'))
+    client.force_login(users["agent"])
+    page = client.get("/intents/review/").content.decode()
+    assert "<img src=x" not in page and "<script>alert(2)" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; refund &lt;/td&gt;&lt;script&gt;" in page
