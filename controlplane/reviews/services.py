@@ -53,7 +53,7 @@ def review_samples_ingest(*, node_id: int, samples: object) -> IngestResult | No
     stored = repeated = full = 0
     for sample in good:
         digest = text_digest(sample.text)
-        if ReviewItem.objects.filter(text_sha256=digest).update(seen_count=F("seen_count") + 1, last_seen_at=now):
+        if _seen_again(digest, sample.reasons, now):
             repeated += 1
             continue
         if pending >= MAX_PENDING_PER_POOL:
@@ -76,7 +76,7 @@ def review_samples_ingest(*, node_id: int, samples: object) -> IngestResult | No
                     last_seen_at=now,
                 )
         except IntegrityError:  # another process stored the same text a moment ago
-            ReviewItem.objects.filter(text_sha256=digest).update(seen_count=F("seen_count") + 1, last_seen_at=now)
+            _seen_again(digest, sample.reasons, now)
             repeated += 1
             continue
         stored += 1
@@ -86,6 +86,21 @@ def review_samples_ingest(*, node_id: int, samples: object) -> IngestResult | No
     if errors:
         log.warning("node %s: %d review sample(s) refused: %s", node.name, len(errors), "; ".join(errors[:3]))
     return IngestResult(stored=stored, repeated=repeated, refused=invalid + full, errors=tuple(errors[:5]))
+
+
+def _seen_again(digest: str, reasons: tuple[str, ...], now) -> bool:
+    """Count another sighting of a known text, adding any new reason it was sampled for; False for a new text."""
+    known = ReviewItem.objects.filter(text_sha256=digest).values_list("pk", "reasons").first()
+    if known is None:
+        return False
+    pk, stored = known
+    changes = {"seen_count": F("seen_count") + 1, "last_seen_at": now}
+    added = [reason for reason in reasons if reason not in stored]
+    if added:
+        # Two processes adding different reasons at once may keep one of them: a reason is a hint, not a record.
+        changes["reasons"] = [*stored, *added]
+    ReviewItem.objects.filter(pk=pk).update(**changes)
+    return True
 
 
 @mutating_service

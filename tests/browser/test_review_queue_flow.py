@@ -54,8 +54,30 @@ def test_unsure_messages_arrive_masked_and_are_labelled_with_the_keyboard(stagin
     # The agent sends its batch with a metric sample, at most every 5 s.
     wait_until(lambda: ReviewItem.objects.count() == len(messages), 30, "the sampled messages to be stored")
 
+    # A customer-service agent overrides a conversation's tier; its next message is sampled for that reason, however
+    # sure the classifier was.
     page = new_page()
     login(page, server.url, "agent")
+    page.goto(f"{server.url}/overrides/")
+    page.select_option("#override-form select[name=pool]", "staging")
+    page.fill("#override-form input[name=conversation]", "conv-review-1")
+    page.select_option("#override-form select[name=tier]", "strict")
+    page.fill("#override-form input[name=reason]", "customer disputes a charge")
+    page.click("#override-form button[type=submit]")
+
+    def overridden() -> bool:
+        reply = client.chat.completions.with_raw_response.create(
+            model="simulated-chat-model",
+            messages=[{"role": "user", "content": "那我的包裹到底什么时候到"}],
+            max_tokens=8,
+            extra_headers={"X-Conversation-Id": "conv-review-1"},
+        )
+        return reply.headers.get("X-Policy-Rule") == "override"
+
+    wait_until(overridden, 30, "the override to reach the node")
+    wait_until(lambda: ReviewItem.objects.filter(reasons__contains=["override"]).exists(), 30, "the overridden one")
+    messages.append("那我的包裹到底什么时候到")
+
     page.goto(f"{server.url}/intents/")
     page.click("[data-testid=review-queue-link]")
     page.wait_for_url(f"{server.url}/intents/review/")
@@ -67,6 +89,7 @@ def test_unsure_messages_arrive_masked_and_are_labelled_with_the_keyboard(stagin
     assert re.search(r"<(PHONE|ORDER|EMAIL|ADDRESS|CARD|ID)>", table)
     assert "gpu-q1" in table and "staging" in table
     assert "below the floor" in table or "close runner-up" in table
+    assert "agent override" in table
     shot(page, "review-queue-pending")
 
     first, second, third = (rows.nth(i).get_attribute("data-id") for i in range(3))

@@ -34,6 +34,13 @@ def test_a_batch_is_stored_one_item_per_distinct_masked_text(node):
     )
 
 
+def test_a_known_text_sampled_for_another_reason_gains_that_reason(node):
+    ingest(node, sample("where is my parcel"))
+    ingest(node, sample("where is my parcel", reasons=["override", "below_floor"]))
+    item = ReviewItem.objects.get()
+    assert (item.reasons, item.seen_count) == (["below_floor", "override"], 2)
+
+
 def test_two_messages_that_differ_only_in_personal_data_are_one_item(node):
     ingest(node, sample("退款到哪了 手机13812345678"), sample("退款到哪了 手机13987654321"))
     [item] = ReviewItem.objects.all()
