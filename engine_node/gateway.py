@@ -288,7 +288,7 @@ class Gateway:
             chat.business_tag = None  # served as if untagged: a tag outside the key's grant lifts no limit
             metrics.BUSINESS_TAGS_IGNORED.labels(key=grant.name).inc()
         decision = self.decide(chat)
-        self.review.offer(chat.latest_user_text, decision, self.policy.params["intent"]["confidence_floor"])
+        self.review.offer(chat.latest_user_text, decision)
         headers = decision_headers(decision)
         headers["X-Engine-Node"] = self.node_name
         if ignored is not None:

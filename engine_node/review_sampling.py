@@ -50,11 +50,12 @@ class ReviewSampler:
         self.rate_limited = 0
         self.dropped = 0
 
-    def reasons(self, decision: Decision, floor: float) -> tuple[str, ...]:
+    def reasons(self, decision: Decision) -> tuple[str, ...]:
         """Why a decision is worth a reviewer's look; empty when it is not."""
         reasons = []
         if decision.intent_source == "classifier" and decision.confidence is not None:
-            if decision.confidence < floor:
+            floor = decision.confidence_floor
+            if floor is not None and decision.confidence < floor:
                 reasons.append("below_floor")
             if decision.runner_up_confidence is not None and (
                 decision.confidence - decision.runner_up_confidence < MARGIN
@@ -64,9 +65,9 @@ class ReviewSampler:
             reasons.append("override")
         return tuple(reasons)
 
-    def offer(self, text: str, decision: Decision, floor: float) -> bool:
+    def offer(self, text: str, decision: Decision) -> bool:
         """Keep the message for review when the decision was unsure and the rate allows; O(1), never raises."""
-        reasons = self.reasons(decision, floor)
+        reasons = self.reasons(decision)
         if not reasons or not text:
             return False
         now = self._clock()

@@ -35,16 +35,15 @@ CANDIDATES = [
 SECRETS = ["13812345678", "7946 0958", "A1234567", "jane@", "建国路88号", "4111 1111", "123 Main St", "110101199003"]
 
 
-def unsure_messages(floor: float) -> list[str]:
-    policy, sampler = Policy(None, None, IntentClassifier.load()), ReviewSampler()
-    return [text for text in CANDIDATES if sampler.reasons(policy.decide(text), floor)][:5]
+def unsure_messages(params: dict) -> list[str]:
+    policy, sampler = Policy(params, None, IntentClassifier.load()), ReviewSampler()
+    return [text for text in CANDIDATES if sampler.reasons(policy.decide(text))][:5]
 
 
 def test_unsure_messages_arrive_masked_and_are_labelled_with_the_keyboard(staging_served, new_page, shot):
     server = staging_served("gpu-q1")
     node = EngineNode.objects.get(name="gpu-q1")
-    floor = node.applied_version.effective_params["intent"]["confidence_floor"]
-    messages = unsure_messages(floor)
+    messages = unsure_messages(node.applied_version.effective_params)
     assert len(messages) >= 3, "the shipped model is sure of nearly every candidate: pick vaguer ones"
     client = OpenAI(base_url=f"{node.gateway_url}/v1", api_key=TEST_CLIENT_KEY, max_retries=0)
     for text in messages:
