@@ -19,6 +19,7 @@ from controlplane.operations import api as operations
 from controlplane.params import api as params
 from controlplane.replays import api as replays
 from controlplane.replays import comparison_api as replay_comparisons
+from controlplane.reviews import api as reviews
 from controlplane.tuning import api as tuning
 
 urlpatterns = [
@@ -92,6 +93,10 @@ urlpatterns = [
         name="intent-model-detail",
     ),
     path("intent-releases/", datasets.IntentModelReleaseList.as_view(), name="intent-release-list"),
+    path("review-items/", reviews.ReviewItemList.as_view(), name="review-item-list"),
+    path("review-items/<int:pk>/label/", reviews.ReviewItemLabel.as_view(), name="review-item-label"),
+    path("review-items/<int:pk>/undo/", reviews.ReviewItemUndo.as_view(), name="review-item-undo"),
+    path("review-datasets/", reviews.ReviewDatasetCreate.as_view(), name="review-dataset-create"),
     path("conversation-logs/", convlogs.ConversationLogList.as_view(), name="conversation-log-list"),
     path("conversation-logs/import/", convlogs.ConversationLogImport.as_view(), name="conversation-log-import"),
     path("conversation-logs/<slug:name>/", convlogs.ConversationLogDetail.as_view(), name="conversation-log-detail"),

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "controlplane.params",
     "controlplane.nodes",
     "controlplane.datasets",
+    "controlplane.reviews",
     "controlplane.convlogs",
     "controlplane.operations",
     "controlplane.metrics",

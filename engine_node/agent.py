@@ -122,6 +122,7 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
         self._sent_log_tail: list[str] = []
         self._sent_model_name = ""
         self._log_sent_at = float("-inf")
+        self._review_sent_at = float("-inf")
         # Set by an operator's drain: restarts and recoveries must not reopen the gate behind their back.
         self._held = False
         # The speculative-decoding rule: off after sustained rejection, back on by a probe (engine_node/speculation.py).
@@ -216,6 +217,9 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
                 link = self.link
                 if link is not None and link.connected.is_set():
                     await link.send(sample)
+                    review = self.review_samples()
+                    if review is not None:
+                        await link.send(review)
                 await self._speculation_check()
             except Exception:
                 log.exception("the metric sample failed; next one in a second")

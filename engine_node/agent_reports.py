@@ -8,6 +8,8 @@ import time
 from engine_node import __version__
 
 LOG_TAIL_PERIOD_S = 10.0
+# Unsure messages for the review queue go in batches at most this often (the sampler bounds how many there are).
+REVIEW_PERIOD_S = 5.0
 
 
 class NodeReports:
@@ -53,6 +55,15 @@ class NodeReports:
             message["log_tail"] = self._sent_log_tail = tail
             self._log_sent_at = now
         return message
+
+    def review_samples(self) -> dict | None:
+        """The next batch of masked review samples, when there are some and the last batch went REVIEW_PERIOD_S ago.
+        Taken from the buffer only when it is about to be sent (the caller holds a connected link)."""
+        now = time.monotonic()
+        if not len(self.gateway.review) or now - self._review_sent_at < REVIEW_PERIOD_S:
+            return None
+        self._review_sent_at = now
+        return {"type": "review_samples", "samples": self.gateway.review.batch()}
 
     def health(self) -> dict:
         return {

@@ -20,6 +20,7 @@ from engine_node.gateway_access import GatewayAccess
 from engine_node.openai_api import BadRequest, ChatRequest
 from engine_node.policy.explain import ExplainInvalid, explain
 from engine_node.policy.rules import Decision, Policy
+from engine_node.review_sampling import ReviewSampler
 from engine_node.sessions import (
     SSE_HEADERS,
     SeqOutOfRange,
@@ -66,6 +67,7 @@ class Gateway:
         self.policy = Policy(None)
         self.policy_label = "defaults"
         self.access = GatewayAccess()
+        self.review = ReviewSampler()  # unsure decisions for the review queue; masked when the agent sends them
         self._session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -286,6 +288,7 @@ class Gateway:
             chat.business_tag = None  # served as if untagged: a tag outside the key's grant lifts no limit
             metrics.BUSINESS_TAGS_IGNORED.labels(key=grant.name).inc()
         decision = self.decide(chat)
+        self.review.offer(chat.latest_user_text, decision)
         headers = decision_headers(decision)
         headers["X-Engine-Node"] = self.node_name
         if ignored is not None:

@@ -13,6 +13,8 @@ from controlplane.lib import loop_health, realtime, throttling
 from controlplane.metrics.services.ingest import sample_ingestor
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher, warmup_batcher
 from controlplane.nodes.services import agent_policy, agent_sessions, cleanup, speculation
+from controlplane.reviews.samples import BatchInvalid
+from controlplane.reviews.services import review_samples_ingest
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,16 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "warmup_progress":
             # Twice a second per warming node: stored in batches with the other nodes' reports.
             warmup_batcher().record(self.node_id, content)
+        elif kind == "review_samples":
+            # At most a few dozen masked messages per node every few seconds (engine_node/review_sampling.py); every
+            # field is checked again here, a bad sample refused by name, the rest of its batch kept.
+            try:
+                result = await self._db(review_samples_ingest, node_id=self.node_id, samples=content.get("samples"))
+            except BatchInvalid as exc:
+                await self.send_json({"type": "error", "error": f"review_samples: {exc}"})
+            else:
+                if result is not None and result.errors:
+                    await self.send_json({"type": "error", "error": "review_samples: " + "; ".join(result.errors)})
         elif kind == "command_progress":
             await self._db(
                 agent_sessions.node_command_progress,

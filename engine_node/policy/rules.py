@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 
 from engine_node.policy.intent import Intent, IntentClassifier
 from engine_node.policy.patterns import compile_patterns
@@ -109,6 +110,9 @@ class Decision:
     # tokens (engine_node/long_replies.py); None when max_tokens is at or below the threshold.
     stream_after_tokens: int | None = None
     confidence_floor: float | None = None  # the template's intent floor this decision was judged against
+    # The classifier's second most likely label and its probability (the review queue samples close calls).
+    runner_up: str | None = None
+    runner_up_confidence: float | None = None
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -155,12 +159,15 @@ class Policy:
 
         hits = self.strict_hits(text)
         intent, confidence, source = None, None, "none"
+        runner_up, runner_up_confidence = None, None
         if business_tag:
             intent, confidence, source = business_tag, 1.0, "business_tag"
         elif self.classifier is not None:
-            result = self.classify(text)
-            if result is not None:
-                intent, confidence, source = result.label, round(result.confidence, 4), "classifier"
+            ranked = self.classify_ranked(text)
+            if ranked:
+                (intent, top), second = ranked[0], ranked[1] if len(ranked) > 1 else (None, None)
+                confidence, source = round(top, 4), "classifier"
+                runner_up, runner_up_confidence = second[0], (round(second[1], 4) if second[1] is not None else None)
         floor = intent_params["confidence_floor"]
         confident = source == "business_tag" or (confidence is not None and confidence >= floor)
 
@@ -228,6 +235,8 @@ class Policy:
             notes=tuple(notes),
             stream_after_tokens=stream_after,
             confidence_floor=floor,
+            runner_up=runner_up,
+            runner_up_confidence=runner_up_confidence,
         )
 
     def strict_hits(self, text: str) -> list[RegexHit]:
@@ -249,6 +258,14 @@ class Policy:
         if self.classifier is None or not classified.strip():
             return None
         return self.classifier.classify(classified)
+
+    def classify_ranked(self, text: str) -> list[tuple[str, float]]:
+        """The classifier's two most likely labels of the edges of the message, best first; empty for a blank one."""
+        classified = edges(text, CLASSIFIER_EDGE_CHARS)
+        if self.classifier is None or not classified.strip():
+            return []
+        # sorted() over nine labels costs half what heapq.nlargest's setup does.
+        return sorted(self.classifier.probabilities(classified).items(), key=itemgetter(1), reverse=True)[:2]
 
     def _override(self, conversation: str | None, now: float | None) -> dict | None:
         if not conversation:

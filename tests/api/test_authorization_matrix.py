@@ -29,6 +29,8 @@ from controlplane.replays.comparison_models import ReplayComparison
 from controlplane.replays.comparison_services import replay_comparison_create
 from controlplane.replays.models import ReplayRun
 from controlplane.replays.services import replay_run_create
+from controlplane.reviews.models import ReviewItem
+from controlplane.reviews.services import review_item_label
 from controlplane.tuning.models import TuningStudy
 from controlplane.tuning.services import study_create
 from tests.advice.builders import window_rows
@@ -38,6 +40,8 @@ from tests.datasets.factories import easy_dataset, train_now
 from tests.helpers import state_snapshot
 from tests.replays.factories import finished_run
 from tests.replays.logs import log_lines, store_log
+from tests.reviews.factories import ingest, node_in
+from tests.reviews.factories import sample as review_sample
 
 ANONYMOUS = None
 EVERY_ROLE = frozenset(Role.values)
@@ -311,6 +315,18 @@ MATRIX: tuple[Call, ...] = (
         data={"pool": "staging", "dataset": "shop", "number": 1, "reason": "better on refunds"},
         writes=True,
     ),
+    Call("review-item-list", "GET", EVERY_ROLE, 200, data={"status": "pending"}),
+    Call(
+        "review-item-label",
+        "POST",
+        WRITERS,
+        200,
+        lambda: {"pk": _review_item("pending")},
+        {"label": "other"},
+        writes=True,
+    ),
+    Call("review-item-undo", "POST", WRITERS, 200, lambda: {"pk": _review_item("labelled")}, writes=True),
+    Call("review-dataset-create", "POST", WRITERS, 201, data={"base": "shop", "name": "shop-r2"}, writes=True),
     Call("conversation-log-list", "GET", EVERY_ROLE, 200),
     Call("conversation-log-list", "POST", WRITERS, 201, data=log_upload, multipart=True, writes=True),
     Call(
@@ -433,6 +449,26 @@ def intent_world(request):
     request.getfixturevalue("world")
     agent = request.getfixturevalue("users")["agent"]
     train_now(agent, easy_dataset(agent, "shop", templates_per_label=2), epochs=1)
+
+
+def _review_item(status: str) -> int:
+    """The id of the item of that status `review_world` stored (1 where it did not run)."""
+    return ReviewItem.objects.filter(status=status).values_list("pk", flat=True).first() or 1
+
+
+@pytest.fixture(autouse=True)
+def review_world(request):
+    """For the review rows only: dataset `shop`, and two messages a node of staging sampled, one of them labelled."""
+    callspec = getattr(request.node, "callspec", None)
+    call = callspec.params.get("call") if callspec else None
+    if call is None or not call.name.startswith("review-"):
+        return
+    world = request.getfixturevalue("world")
+    users = request.getfixturevalue("users")
+    easy_dataset(users["agent"], "shop", templates_per_label=2)
+    node = node_in(world["staging"], users["sre"])
+    ingest(node, review_sample("is this moisturiser ok for eczema"), review_sample("the cup arrived broken"))
+    review_item_label(actor=users["agent"], item=ReviewItem.objects.get(text="the cup arrived broken"), label="other")
 
 
 @pytest.fixture(autouse=True)

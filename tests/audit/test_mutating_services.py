@@ -32,12 +32,15 @@ from controlplane.operations import services as operations
 from controlplane.params.services import templates, whitelists
 from controlplane.replays import services as replays
 from controlplane.replays.comparison_services import replay_comparison_create
+from controlplane.reviews import services as reviews
+from controlplane.reviews.models import ReviewItem
 from controlplane.tuning import services as tuning
 from tests.conftest import PASSWORD
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
 from tests.factories import legal_whitelist, pools, template_with_versions
 from tests.replays.factories import finished_run
+from tests.reviews.factories import sample as review_sample
 
 
 def import_every_module() -> None:
@@ -62,6 +65,21 @@ def _publish_twice_then(call):
         nodes.pool_publish(actor=world["sre"], pool=staging, version=world["v2"], reason="second")
         world["baseline"] = AuditEntry.objects.count()
         return call(world)
+
+    return run
+
+
+def _with_review_item_then(call, *, labelled_by: str | None = None):
+    """A message sampled by node gpu-1 of staging (labelled by `labelled_by` when given), then the call on it."""
+
+    def run(world):
+        node, _ = engine_nodes.node_create(actor=world["sre"], name="gpu-1", pool=world["staging"])
+        reviews.review_samples_ingest(node_id=node.pk, samples=[review_sample("the cup arrived broken")])
+        item = ReviewItem.objects.get()
+        if labelled_by:
+            reviews.review_item_label(actor=world[labelled_by], item=item, label="other")
+        world["baseline"] = AuditEntry.objects.count()
+        return call(world, item)
 
     return run
 
@@ -405,6 +423,22 @@ CASES: dict[str, Case] = {
         "",
         lambda w: datasets.intent_dataset_create(
             actor=w["agent"], name="shop", content=as_csv(easy_rows(2)), fmt="csv"
+        ),
+    ),
+    "controlplane.reviews.services.review_item_label": Case(
+        "review_item.label",
+        "agent",
+        "",
+        _with_review_item_then(
+            lambda w, item: reviews.review_item_label(actor=w["agent"], item=item, label="return_refund")
+        ),
+    ),
+    "controlplane.reviews.services.review_item_undo": Case(
+        "review_item.undo",
+        "sre",
+        "",
+        _with_review_item_then(
+            lambda w, item: reviews.review_item_undo(actor=w["sre"], item=item), labelled_by="agent"
         ),
     ),
     "controlplane.datasets.services.training.intent_model_create": Case(

@@ -20,9 +20,13 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish
 from controlplane.operations.services import override_set
 from controlplane.params.services.templates import template_version_create
+from controlplane.reviews.models import ReviewItem
+from controlplane.reviews.services import review_item_label
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
 from tests.factories import legal_whitelist, pools, ran_healthy, template_with_versions
+from tests.reviews.factories import ingest
+from tests.reviews.factories import sample as review_sample
 
 pytestmark = pytest.mark.django_db
 
@@ -50,6 +54,11 @@ def world(users):
     pool_warmup_assign(actor=sre, pool=prod, version=faq.versions.get(), reason="first warmup")
     gpu1, _ = node_create(actor=sre, name="gpu-1", pool=staging)
     ran_healthy(gpu1, versions[1])  # so production may get v2
+    # Two messages gpu-1 sampled for review, one of them labelled.
+    ingest(gpu1, review_sample("is this ok for eczema"), review_sample("the cup arrived broken"))
+    review_item_label(
+        actor=users[Role.AGENT], item=ReviewItem.objects.get(text="the cup arrived broken"), label="other"
+    )
     # An incident (node gpu-lost of prod-main lost) and a silence in effect, for the on-call page.
     install_default_rules(AlertRule, AlertRuleVersion)
     lost, _ = node_create(actor=sre, name="gpu-lost", pool=prod)
@@ -93,6 +102,7 @@ PAGES = [
     ("dashboard:intents", {}, ALL),
     ("dashboard:intent-dataset", {"name": "shop"}, ALL),
     ("dashboard:intent-model", {"name": "shop", "number": 1}, ALL),
+    ("dashboard:review-queue", {}, ALL),
     ("dashboard:warmup", {}, ALL),
     ("dashboard:warmup-dataset", {"name": "faq"}, ALL),
     ("dashboard:warmup-version", {"name": "faq", "number": 1}, ALL),
@@ -167,6 +177,7 @@ WRITES = [
     ("dashboard:intent-dataset", {"name": "shop"}, {"epochs": 1}, WRITERS),
     ("dashboard:intent-publish", {"name": "shop", "number": 1}, {"pool": "staging", "reason": "better"}, OPERATORS),
     ("dashboard:intent-builtin", {"name": "prod-main"}, {"reason": "regression"}, OPERATORS),
+    ("dashboard:review-dataset", {}, {"base": "shop", "name": "shop-r2"}, WRITERS),
     (
         "dashboard:warmup",
         {},

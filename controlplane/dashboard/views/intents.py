@@ -9,13 +9,14 @@ from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.datasets import selectors
 from controlplane.datasets.exceptions import DatasetInvalid
-from controlplane.datasets.models import IntentDataset
+from controlplane.datasets.models import IntentDataset, IntentModel
 from controlplane.datasets.services.datasets import intent_dataset_create
 from controlplane.datasets.services.releases import intent_model_publish, intent_model_unpublish
 from controlplane.datasets.services.training import intent_model_create
 from controlplane.datasets.uploads import MAX_BYTES
 from controlplane.lib.errors import DomainError
 from controlplane.nodes.models import Pool
+from controlplane.reviews.comparison import review_comparison
 
 
 @page(write_action=Action.INTENT_TRAIN)
@@ -101,6 +102,7 @@ def intent_model(request, name, number):
 def _render_model(request, name, number, publish_form=None, status=200):
     dataset = selectors.intent_dataset_get(name=name)
     model = selectors.intent_model_get(dataset=dataset, number=number)
+    pools = selectors.pools_intent_models()
     return render(
         request,
         "datasets/intent_model.html",
@@ -108,12 +110,28 @@ def _render_model(request, name, number, publish_form=None, status=200):
             "dataset": dataset,
             "model": model,
             "evaluation": _evaluation_view(model.evaluation) if model.evaluation else None,
-            "pools": selectors.pools_intent_models(),
+            "pools": pools,
             "releases": model.releases.select_related("pool", "published_by"),
             "publish_form": publish_form or forms.IntentPublishForm(),
+            **_comparison(request, model, pools),
         },
         status=status,
     )
+
+
+def _comparison(request, model: IntentModel, pools: list[dict]) -> dict:
+    """The model against the current one of the pool asked for (the first pool by default), on the review queue's
+    messages; nothing before the model has finished training."""
+    if model.status != IntentModel.Status.SUCCEEDED or not pools:
+        return {}
+    wanted = request.GET.get("compare_pool")
+    chosen = next((p for p in pools if p["pool"].name == wanted), pools[0])
+    release = chosen["release"]
+    current = IntentModel.objects.get(pk=release.intent_model_id) if release and release.intent_model_id else None
+    return {
+        "comparison": review_comparison(candidate=model, current=current),
+        "compare_pool": chosen["pool"].name,
+    }
 
 
 def _evaluation_view(evaluation: dict) -> dict:

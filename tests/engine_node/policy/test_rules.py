@@ -214,3 +214,14 @@ def test_a_reply_may_be_streamed_past_the_threshold_only_when_its_max_tokens_is_
     degraded = Policy(params, {**BUNDLE, "degradation": {"active": True, "reason": "x", "since": 0}}, classifier)
     assert degraded.decide("退货怎么退").stream_after_tokens is None  # 128 tokens under degradation
     assert policy.decide("退货怎么退").as_dict()["stream_after_tokens"] == 200  # what explain shows
+
+
+def test_a_classified_decision_names_the_runner_up_and_its_probability(policy, classifier):
+    message = "the cup arrived broken, what are you going to do"
+    decision = policy.decide(message)
+    ranked = sorted(classifier.probabilities(message).items(), key=lambda pair: pair[1], reverse=True)
+    assert (decision.intent, decision.runner_up) == (ranked[0][0], ranked[1][0])
+    assert decision.runner_up_confidence == round(ranked[1][1], 4) <= decision.confidence
+    assert decision.intent == classifier.classify(message).label
+    tagged = policy.decide(message, business_tag="legal")
+    assert (tagged.runner_up, tagged.runner_up_confidence) == (None, None)
