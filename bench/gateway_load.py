@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from engine_node import openai_api  # noqa: E402
 from engine_node.admission import IN_FLIGHT_PER_MAX_BATCH  # noqa: E402
-from engine_node.gateway import apply_decision  # noqa: E402
+from engine_node.forwarding import apply_decision  # noqa: E402
 from engine_node.policy.dataset import load_examples  # noqa: E402
 from engine_node.policy.intent import IntentClassifier  # noqa: E402
 from engine_node.policy.rules import Policy  # noqa: E402

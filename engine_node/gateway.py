@@ -16,6 +16,7 @@ from aiohttp import ClientConnectionResetError, web
 from engine_node import completion, long_replies, metrics, openai_api
 from engine_node.admission import Admission, AdmissionRejected
 from engine_node.client_keys import KeyGrant, KeyTable
+from engine_node.forwarding import apply_decision, decision_headers
 from engine_node.gateway_access import GatewayAccess
 from engine_node.openai_api import BadRequest, ChatRequest
 from engine_node.policy.explain import ExplainInvalid, explain
@@ -378,28 +379,6 @@ class Gateway:
         await self.sessions.close()
         if self._session is not None:
             await self._session.close()
-
-
-def apply_decision(body: dict, decision: Decision) -> dict:
-    """The body forwarded to the engine: the policy's temperature and max_tokens replace the client's."""
-    forwarded = dict(body)
-    forwarded["temperature"] = decision.temperature
-    forwarded.pop("max_completion_tokens", None)
-    if decision.max_tokens is not None:
-        forwarded["max_tokens"] = decision.max_tokens
-    return forwarded
-
-
-def decision_headers(decision: Decision) -> dict:
-    headers = {
-        "X-Policy-Tier": decision.tier,
-        "X-Policy-Rule": decision.tier_rule,
-        "X-Policy-Temperature": f"{decision.temperature:g}",
-        "X-Policy-Max-Tokens": str(decision.max_tokens),
-    }
-    if decision.intent and decision.intent_source == "classifier":
-        headers["X-Policy-Intent"] = f"{decision.intent};confidence={decision.confidence:.3f}"
-    return headers
 
 
 def _ungranted_tag(body: object, grant: KeyGrant) -> str | None:

@@ -68,7 +68,7 @@ class Outcome:
 
 
 def read_decision(outcome: Outcome, headers) -> None:
-    """The gateway's decision from its response headers (engine_node.gateway.decision_headers)."""
+    """The gateway's decision from its response headers (engine_node.forwarding.decision_headers)."""
     outcome.tier = headers.get("X-Policy-Tier", "")[:16]
     outcome.tier_rule = headers.get("X-Policy-Rule", "")[:32]
     outcome.node = headers.get("X-Engine-Node", "")[:64]

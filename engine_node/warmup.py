@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from engine_node.gateway import apply_decision
+from engine_node.forwarding import apply_decision
 from engine_node.policy.explain import estimate_tokens
 from engine_node.policy.rules import Policy
 
