@@ -44,29 +44,46 @@ def prepare_database() -> None:
     redis.Redis.from_url(REDIS_URL).flushdb()
 
 
-async def fake_agent(url: str, token: str, applied: str, ready: asyncio.Event, stop: asyncio.Event) -> None:
+async def fake_agent(
+    url: str, token: str, applied: str, ready: asyncio.Event, stop: asyncio.Event, reconnects: list
+) -> None:
+    """Connects, says hello with the hash it runs, ACKs every pushed config and heartbeats; like a real agent it
+    connects again (after a second) when the connection fails or drops, saying hello with what it last applied."""
     import aiohttp
 
     headers = {"Authorization": f"Bearer {token}"}
-    async with aiohttp.ClientSession() as session, session.ws_connect(url, headers=headers, max_msg_size=0) as ws:
-        await ws.receive()
-        await ws.send_json({"type": "hello", "backend": "bench", "applied_hash": applied, "status": "online"})
-        ready.set()
+    while not stop.is_set():
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(url, headers=headers, max_msg_size=0) as ws,
+            ):
+                await ws.receive()
+                await ws.send_json({"type": "hello", "backend": "bench", "applied_hash": applied, "status": "online"})
+                ready.set()
 
-        async def beat():
-            while not stop.is_set():
-                await asyncio.sleep(2)
-                with contextlib.suppress(ConnectionError, aiohttp.ClientError):
-                    await ws.send_json({"type": "heartbeat", "status": "online"})
+                async def beat(ws=ws):
+                    while not stop.is_set():
+                        await asyncio.sleep(2)
+                        with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+                            await ws.send_json({"type": "heartbeat", "status": "online"})
 
-        beats = asyncio.create_task(beat())
-        async for message in ws:
-            data = json.loads(message.data)
-            if data.get("type") == "config":
-                await ws.send_json({"type": "ack", "hash": data["hash"], "version": data["version"]})
-            if stop.is_set():
-                break
-        beats.cancel()
+                beats = asyncio.create_task(beat())
+                try:
+                    async for message in ws:
+                        data = json.loads(message.data)
+                        if data.get("type") == "config":
+                            await ws.send_json({"type": "ack", "hash": data["hash"], "version": data["version"]})
+                            applied = data["hash"]
+                        if stop.is_set():
+                            return
+                finally:
+                    beats.cancel()
+        except (ConnectionError, aiohttp.ClientError, TimeoutError):
+            pass
+        if not stop.is_set():
+            reconnects[0] += 1
+            await asyncio.sleep(1)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -74,7 +91,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(nodes: int, publishes: int, ports: list[int]) -> list[float]:
+async def measure(nodes: int, publishes: int, ports: list[int], connect_per_s: float) -> list[float]:
     from asgiref.sync import sync_to_async
 
     from controlplane.accounts.models import User
@@ -106,12 +123,15 @@ async def measure(nodes: int, publishes: int, ports: list[int]) -> list[float]:
     stop = asyncio.Event()
     readies = [asyncio.Event() for _ in tokens]
     agents = []
+    reconnects = [0]
     for i, (token, ready) in enumerate(zip(tokens, readies, strict=True)):
-        agents.append(asyncio.create_task(fake_agent(urls[i % len(urls)], token, a.content_hash, ready, stop)))
-        await asyncio.sleep(0.002)  # connect at ~500/s rather than all at once
+        url = urls[i % len(urls)]
+        agents.append(asyncio.create_task(fake_agent(url, token, a.content_hash, ready, stop, reconnects)))
+        await asyncio.sleep(1 / connect_per_s)  # rather than all at once: each hello is a database write
     await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 120)
-    print(f"  {nodes} agents connected", flush=True)
+    print(f"  {nodes} agents connected ({reconnects[0]} connection attempts failed and were retried)", flush=True)
     await asyncio.sleep(1)
+    before = reconnects[0]
 
     def publish_and_wait(version) -> float:
         fresh = Pool.objects.get(pk=pool.pk)
@@ -130,6 +150,7 @@ async def measure(nodes: int, publishes: int, ports: list[int]) -> list[float]:
     for i in range(publishes):
         samples.append(await sync_to_async(publish_and_wait)(a if i % 2 == 0 else b))
         await asyncio.sleep(0.3)
+    print(f"  {nodes} agents: {reconnects[0] - before} reconnects while publishing", flush=True)
     stop.set()
     for task in agents:
         task.cancel()
@@ -144,6 +165,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1, help="daphne processes the agents are spread over")
     parser.add_argument("--nodes", default="1,100,500", help="agent counts, comma-separated; the first is the baseline")
     parser.add_argument("--publishes", type=int, default=20, help="measured publishes per agent count")
+    parser.add_argument("--connect-per-s", type=float, default=500, help="agent connections opened per second")
     args = parser.parse_args()
     counts = [int(n) for n in args.nodes.split(",")]
 
@@ -155,7 +177,7 @@ def main() -> None:
     results = {}
     with daphnes(args.processes, port, env) as ports:
         for nodes in counts:
-            results[nodes] = asyncio.run(measure(nodes, args.publishes, ports))
+            results[nodes] = asyncio.run(measure(nodes, args.publishes, ports, args.connect_per_s))
             loads.append(load_text())
     base = statistics.median(results[counts[0]])
     print(
