@@ -3,7 +3,9 @@
 The pool rolls out in two stages, one node and then the whole pool, each held for a short analysis window; the
 analysis runs in this process (a thread calling the periodic task's function, as the beat schedule would every 2 s).
 A version that is genuinely slower is rolled back automatically after its first stage, with the evidence and without
-a failed request; a harmless version is promoted through both stages to every node.
+a failed request; a harmless version is promoted through both stages to every node. The rollback also runs with the
+agents split over two daphne processes (the canary on one, part of its baseline on the other): the analysis reads
+what both processes stored, and the rollback's push reaches the canary through the shared channel layer.
 """
 
 import threading
