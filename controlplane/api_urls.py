@@ -120,6 +120,7 @@ urlpatterns = [
     path("alert-rules/<slug:name>/", alerts.AlertRuleDetail.as_view(), name="alert-rule-detail"),
     path("alert-rules/<slug:name>/versions/", alerts.AlertRuleVersionList.as_view(), name="alert-rule-version-list"),
     path("alerts/", alerts.AlertList.as_view(), name="alert-list"),
+    path("alerts/no-source/", alerts.NoSourceList.as_view(), name="alert-no-source-list"),
     path("incidents/", alerts.IncidentList.as_view(), name="incident-list"),
     path("incidents/<int:pk>/", alerts.IncidentDetail.as_view(), name="incident-detail"),
     path("incidents/<int:pk>/ack/", alerts.IncidentAcknowledge.as_view(), name="incident-ack"),

@@ -406,6 +406,15 @@ for _window in ("ALERT_BATCH_TIMEOUT_WINDOW_S", "ALERT_BATCH_TIMEOUT_BASELINE_S"
     if globals()[_window] < 3 * ALERT_TREND_POINT_S:
         raise EnvError(f"{_window} must hold at least three trend points (3 x ALERT_TREND_POINT_S)")
 
+# Intent drift (controlplane/alerts/intent_drift.py): a pool's share of classified requests below the confidence floor
+# over the last ALERT_INTENT_DRIFT_WINDOW_S against its median over the ALERT_INTENT_DRIFT_BASELINE_S before; judged
+# only once the window holds ALERT_INTENT_DRIFT_MIN_REQUESTS classified requests (and the baseline as many).
+ALERT_INTENT_DRIFT_WINDOW_S = env_int("ALERT_INTENT_DRIFT_WINDOW_S", 600)
+ALERT_INTENT_DRIFT_BASELINE_S = env_int("ALERT_INTENT_DRIFT_BASELINE_S", 3 * 3600)
+ALERT_INTENT_DRIFT_MIN_REQUESTS = env_int("ALERT_INTENT_DRIFT_MIN_REQUESTS", 200)
+if min(ALERT_INTENT_DRIFT_WINDOW_S, ALERT_INTENT_DRIFT_BASELINE_S, ALERT_INTENT_DRIFT_MIN_REQUESTS) < 1:
+    raise EnvError("ALERT_INTENT_DRIFT_WINDOW_S, _BASELINE_S and _MIN_REQUESTS must be at least 1")
+
 # Metric history: 1 s rows are kept this long (charts up to an hour), 60 s rows this long (up to a week).
 METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)

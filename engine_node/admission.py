@@ -15,6 +15,7 @@ import math
 import time
 
 from engine_node import metrics
+from engine_node.admission_queues import WINDOW_S, Batch, HeldTime, WaitQueue, window_efficiency
 from engine_node.batching import (  # noqa: F401 - the refusals and batch figures are admission's API too
     DEFAULT_BATCH,
     DEFAULT_PARAMS,
@@ -32,56 +33,10 @@ from engine_node.batching import (  # noqa: F401 - the refusals and batch figure
 # engine's continuous batching always has the next batch queued while one finishes.
 IN_FLIGHT_PER_MAX_BATCH = 4
 LONG_IN_FLIGHT_PER_MAX_BATCH = 2
-WINDOW_S = 60.0
 # asyncio runs a timer up to its clock resolution early; a batch due within this is treated as due.
 _DEADLINE_SLACK_S = 0.0005
-_EFFICIENCY_SAMPLES = 10_000
 
 _NEW, _QUEUED, _ADMITTED, _DONE = range(4)
-
-
-class _Queue:
-    __slots__ = (
-        "admitted",
-        "batches",
-        "efficiencies",
-        "in_flight",
-        "name",
-        "size_metric",
-        "timer",
-        "timer_at",
-        "tokens",
-        "wait_metric",
-        "wait_sum",
-        "waiters",
-    )
-
-    def __init__(self, name: str):
-        self.name = name
-        self.waiters: collections.deque[_Ticket] = collections.deque()
-        self.tokens = 0  # sum of the waiting prompts' lengths: their average is tokens / len(waiters)
-        self.in_flight = 0
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = 0.0
-        self.batches = 0
-        self.admitted = 0
-        self.wait_sum = 0.0
-        # (completed at, efficiency) per batch, pruned to the window when read.
-        self.efficiencies: collections.deque[tuple[float, float]] = collections.deque(maxlen=_EFFICIENCY_SAMPLES)
-        self.size_metric = metrics.BATCH_SIZE.labels(queue=name)
-        self.wait_metric = metrics.QUEUE_WAIT.labels(queue=name)
-
-
-class _Batch:
-    __slots__ = ("bound", "queue", "remaining", "service_max", "service_sum", "size")
-
-    def __init__(self, queue: _Queue, bound: int, size: int):
-        self.queue = queue
-        self.bound = bound
-        self.size = size
-        self.remaining = size
-        self.service_sum = 0.0
-        self.service_max = 0.0
 
 
 class _Ticket:
@@ -141,14 +96,12 @@ class Admission:
         self._idle.set()
         self._max_in_flight = max_in_flight
         self._long_max_in_flight = long_max_in_flight
-        self._short = _Queue("short")
-        self._long = _Queue("long")
+        self._short = WaitQueue("short")
+        self._long = WaitQueue("long")
         self._use_params(None)
         self._clock = clock
         self._window_s = window_s
-        self._created_at = clock()
-        self._held_since: float | None = None
-        self._held_spans: collections.deque[tuple[float, float]] = collections.deque()
+        self._held = HeldTime(window_s, clock)
         self._rejections = {cls.reason: 0 for cls in (QueueFull, QueueTimeout, GateClosed, Warming)}
         # While set (and the gate is shut), the refusal requests get at once instead of waiting in the queue.
         self._closed_refusal = None
@@ -215,40 +168,19 @@ class Admission:
 
     def efficiency(self, name: str | None = None) -> float:
         """Mean batch efficiency over the batches completed in the last window (NaN when there were none)."""
-        horizon = self._clock() - self._window_s
-        samples = []
-        for queue in (self._short, self._long) if name is None else (self._queue(name),):
-            while queue.efficiencies and queue.efficiencies[0][0] < horizon:
-                queue.efficiencies.popleft()
-            samples += [value for _, value in queue.efficiencies]
-        return math.fsum(samples) / len(samples) if samples else math.nan
+        queues = (self._short, self._long) if name is None else (self._queue(name),)
+        return window_efficiency(queues, self._clock() - self._window_s)
 
     def idle_ratio(self) -> float:
         """Share of the last window in which requests waited while the engine had a slot free for them."""
-        now = self._clock()
-        horizon = now - self._window_s
-        while self._held_spans and self._held_spans[0][1] <= horizon:
-            self._held_spans.popleft()
-        held = sum(end - max(start, horizon) for start, end in self._held_spans)
-        if self._held_since is not None:
-            held += now - max(self._held_since, horizon)
-        span = min(self._window_s, now - self._created_at)
-        return held / span if span > 0 else 0.0
+        return self._held.ratio()
 
     def snapshot(self) -> dict:
         """Instant figures (depth, in flight), window figures (efficiency, idle_ratio) and running totals."""
         queues = {}
         for queue in (self._short, self._long):
             efficiency = self.efficiency(queue.name)
-            queues[queue.name] = {
-                "depth": len(queue.waiters),
-                "in_flight": queue.in_flight,
-                "batches": queue.batches,
-                "admitted": queue.admitted,
-                "mean_batch_size": queue.admitted / queue.batches if queue.batches else None,
-                "mean_wait_s": queue.wait_sum / queue.admitted if queue.admitted else None,
-                "efficiency": None if math.isnan(efficiency) else efficiency,
-            }
+            queues[queue.name] = queue.figures(efficiency)
         efficiency = self.efficiency()
         return {
             "open": self.is_open,
@@ -324,10 +256,7 @@ class Admission:
             batch.service_max = service
         batch.remaining -= 1
         if batch.remaining == 0:
-            # Seed: efficiency = compute time / (largest batch x single-request time), per completed batch.
-            denominator = batch.bound * batch.service_max
-            value = batch.service_sum / denominator if denominator > 0 else batch.size / batch.bound
-            queue.efficiencies.append((now, value))
+            queue.efficiencies.append((now, batch.efficiency()))
         if self.in_flight == 0:
             self._idle.set()
         if self._short.waiters or self._long.waiters:
@@ -353,7 +282,7 @@ class Admission:
         ticket.state = _DONE
         ticket.timer.cancel()
 
-    def _count_rejection(self, queue: _Queue, refusal: AdmissionRejected) -> AdmissionRejected:
+    def _count_rejection(self, queue: WaitQueue, refusal: AdmissionRejected) -> AdmissionRejected:
         self._rejections[refusal.reason] += 1
         metrics.ADMISSION_REJECTIONS.labels(queue=queue.name, reason=refusal.reason).inc()
         return refusal
@@ -398,7 +327,7 @@ class Admission:
                 self._arm_batch_timer(queue, loop, now, timeout_s)
         self._update_held()
 
-    def _target(self, queue: _Queue, pending: int, params: BatchParams) -> int:
+    def _target(self, queue: WaitQueue, pending: int, params: BatchParams) -> int:
         long_bound = params.long_context_max_size
         return max(
             1,
@@ -411,7 +340,7 @@ class Admission:
             ),
         )
 
-    def _release(self, queue: _Queue, size: int, params: BatchParams) -> None:
+    def _release(self, queue: WaitQueue, size: int, params: BatchParams) -> None:
         tickets = []
         while queue.waiters and len(tickets) < size:
             ticket = queue.waiters.popleft()
@@ -437,9 +366,9 @@ class Admission:
         if overdue and self.on_batch_timeouts is not None:
             self.on_batch_timeouts(queue.name, overdue, 0)
 
-    def _start(self, queue: _Queue, tickets, params: BatchParams, now: float) -> None:
+    def _start(self, queue: WaitQueue, tickets, params: BatchParams, now: float) -> None:
         size = len(tickets)
-        batch = _Batch(queue, params.long_context_max_size if queue is self._long else params.max_size, size)
+        batch = Batch(queue, params.long_context_max_size if queue is self._long else params.max_size, size)
         for ticket in tickets:
             ticket.batch = batch
             ticket.started_at = now
@@ -454,7 +383,7 @@ class Admission:
         if self.on_batch is not None:
             self.on_batch(queue.name, size)
 
-    def _arm_batch_timer(self, queue: _Queue, loop: asyncio.AbstractEventLoop, now: float, timeout_s: float) -> None:
+    def _arm_batch_timer(self, queue: WaitQueue, loop: asyncio.AbstractEventLoop, now: float, timeout_s: float) -> None:
         deadline = queue.waiters[0].enqueued_at + timeout_s if queue.waiters else None
         if deadline is None or deadline <= now + _DEADLINE_SLACK_S:
             # Empty, or already due and waiting for a slot: a finishing request dispatches again.
@@ -469,7 +398,7 @@ class Admission:
         queue.timer = loop.call_at(deadline, self._on_batch_timer, queue)
         queue.timer_at = deadline
 
-    def _on_batch_timer(self, queue: _Queue) -> None:
+    def _on_batch_timer(self, queue: WaitQueue) -> None:
         queue.timer = None
         self._dispatch()
 
@@ -478,17 +407,7 @@ class Admission:
         is_held = False
         if self._open.is_set() and self.in_flight < self._limit:
             is_held = bool(self._short.waiters) or bool(self._long.waiters and self._long.in_flight < self._long_limit)
-        if is_held == (self._held_since is not None):
-            return
-        now = self._clock()
-        if is_held:
-            self._held_since = now
-        else:
-            self._held_spans.append((self._held_since, now))
-            self._held_since = None
-            horizon = now - self._window_s
-            while self._held_spans and self._held_spans[0][1] <= horizon:
-                self._held_spans.popleft()
+        self._held.set(is_held)
 
     def set_engine_capacity(self, max_num_seqs: int | None) -> None:
         """Bound the requests in flight by what the engine runs at once (vLLM's --max-num-seqs): more would only
@@ -506,5 +425,5 @@ class Admission:
         self._long_limit = max(1, min(long_limit, self._limit - 1))
         return params
 
-    def _queue(self, name: str) -> _Queue:
+    def _queue(self, name: str) -> WaitQueue:
         return self._long if name == "long" else self._short

@@ -13,7 +13,7 @@ import time
 import aiohttp
 from aiohttp import ClientConnectionResetError, web
 
-from engine_node import completion, metrics, openai_api
+from engine_node import completion, long_replies, metrics, openai_api
 from engine_node.admission import Admission, AdmissionRejected
 from engine_node.client_keys import KeyGrant, KeyTable
 from engine_node.gateway_access import GatewayAccess
@@ -30,6 +30,7 @@ from engine_node.sessions import (
     request_summary,
     resume_position,
 )
+from engine_node.stream_watch import StreamWatch, prepend, watched
 from engine_node.telemetry import RequestLog
 from engine_node.upstream import (
     MAX_BODY_BYTES,
@@ -114,6 +115,8 @@ class Gateway:
         if chat.stream:
             # The admission slot goes with the generation, which may outlive this handler (a dropped client).
             return await self._stream(request, chat, decision, body, headers, ticket, started)
+        if decision.stream_after_tokens is not None and long_replies.takes_either(request.headers, body):
+            return await self._stream_when_long(request, decision, body, headers, ticket, started)
         try:
             answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
         except completion.UpstreamError as exc:
@@ -139,31 +142,70 @@ class Gateway:
         ticket,
         started: float,
     ) -> web.StreamResponse:
-        """A numbered, hash-chained SSE stream whose generation survives a dropped client for the grace period."""
+        """The client asked for a stream: the engine's chunks across continuation rounds, relayed."""
         if body.get("seed") is None:
             body = {**body, "seed": new_seed()}  # kept with the session, so "start again" can reproduce the text
-        # Usage is always asked for (the sample counts tokens); _watched drops it unless the client asked too.
-        watch = _StreamWatch()
-        chunks = _watched(
+        # Usage is always asked for (the sample counts tokens); watched() drops it unless the client asked too.
+        watch = StreamWatch()
+        chunks = watched(
             completion.stream(self._http(), self._chat_url(), body, decision, {}, True), watch, chat.include_usage
         )
         try:
             first = await anext(chunks, None)  # an engine refusal surfaces here, before any byte is sent
+        except (completion.UpstreamError, aiohttp.ClientError) as exc:
+            return await self._refused_before_reply(exc, ticket, started, decision, headers)
+        rest = prepend([first] if first else [], chunks)
+        return await self._relay(request, body, decision, headers, ticket, started, watch, rest)
+
+    async def _stream_when_long(
+        self, request: web.Request, decision: Decision, body: dict, headers: dict, ticket, started: float
+    ) -> web.StreamResponse:
+        """A non-streaming request from a client that also accepts a stream: generated as a stream, answered as one
+        JSON object when the reply ends within `max_tokens.streaming_threshold` tokens, streamed once it runs past
+        it (engine_node/long_replies.py)."""
+        if body.get("seed") is None:
+            body = {**body, "seed": new_seed()}
+        watch = StreamWatch()
+        chunks = watched(completion.stream(self._http(), self._chat_url(), body, decision, {}, True), watch, True)
+        try:
+            head, more = await long_replies.read_head(chunks, decision.stream_after_tokens)
+        except (completion.UpstreamError, aiohttp.ClientError) as exc:
+            return await self._refused_before_reply(exc, ticket, started, decision, headers)
+        if more:
+            headers["X-Streamed-After-Tokens"] = str(decision.stream_after_tokens)
+            return await self._relay(request, body, decision, headers, ticket, started, watch, prepend(head, chunks))
+        await ticket.__aexit__(None, None, None)
+        try:
+            answer = long_replies.joined(head)
         except completion.UpstreamError as exc:
-            await ticket.__aexit__(None, None, None)
+            self.record(started, "error", decision)
+            return upstream_refused(exc, headers)
+        metrics.REQUESTS.labels(outcome="ok").inc()
+        ttft = watch.first_content_at - started if watch.first_content_at is not None else None
+        self.record(started, "ok", decision, usage=answer.get("usage"), ttft_s=ttft)
+        headers["X-Continuation-Rounds"] = str(answer.pop("x_continuation_rounds", 0))
+        return web.json_response(answer, headers=headers, dumps=openai_api.compact_json)
+
+    async def _refused_before_reply(self, exc, ticket, started: float, decision: Decision, headers: dict):
+        """The engine refused or could not be reached before any byte of the reply: the slot back, the error out."""
+        await ticket.__aexit__(None, None, None)
+        if isinstance(exc, completion.UpstreamError):
             self.record(started, "error" if exc.status >= 500 else "client_error", decision)
             return upstream_refused(exc, headers)
-        except aiohttp.ClientError as exc:
-            await ticket.__aexit__(None, None, None)
-            self.record(started, "error", decision)
-            return engine_unreachable(exc)
+        self.record(started, "error", decision)
+        return engine_unreachable(exc)
+
+    async def _relay(
+        self, request: web.Request, body: dict, decision: Decision, headers: dict, ticket, started, watch, chunks
+    ) -> web.StreamResponse:
+        """A numbered, hash-chained SSE stream whose generation survives a dropped client for the grace period."""
         meta = {**request_summary(body, path=request.path), "owner": request["client_key"].owner}
         relay = await self.sessions.start(seed=body["seed"], meta=meta)
 
         async def produce():
             outcome = "error"
             try:
-                await pump_chunks(relay, _prepend(first, chunks))
+                await pump_chunks(relay, chunks)
                 metrics.REQUESTS.labels(outcome="ok").inc()
                 outcome = "error" if watch.failed else "ok"
             except aiohttp.ClientError:
@@ -223,8 +265,17 @@ class Gateway:
         intent = (
             (decision.intent or "none") if source == "classifier" else ("tag" if source == "business_tag" else "none")
         )
+        floor = decision.confidence_floor
+        confidence = decision.confidence if source == "classifier" and floor is not None else None
         self.requests.record(
-            e2e_s=e2e, outcome=outcome, ttft_s=ttft_s, tokens=tokens, intent=intent, tier=decision.tier
+            e2e_s=e2e,
+            outcome=outcome,
+            ttft_s=ttft_s,
+            tokens=tokens,
+            intent=intent,
+            tier=decision.tier,
+            confidence=confidence,
+            below_floor=confidence is not None and confidence < floor,
         )
 
     def _granted_decision(self, request: web.Request, chat: ChatRequest) -> tuple[Decision, dict, dict]:
@@ -346,46 +397,6 @@ def decision_headers(decision: Decision) -> dict:
     if decision.intent and decision.intent_source == "classifier":
         headers["X-Policy-Intent"] = f"{decision.intent};confidence={decision.confidence:.3f}"
     return headers
-
-
-class _StreamWatch:
-    """What the sample needs from a stream: when its first content arrived, its usage, whether it failed."""
-
-    __slots__ = ("failed", "first_content_at", "usage")
-
-    def __init__(self):
-        self.first_content_at: float | None = None
-        self.usage: dict | None = None
-        self.failed = False
-
-
-async def _watched(chunks, watch: _StreamWatch, include_usage: bool):
-    """The chunks unchanged, except the usage chunk when the client did not ask for it; notes them in `watch`."""
-    try:
-        async for chunk in chunks:
-            choices = chunk.get("choices")
-            if "error" in chunk:
-                watch.failed = True
-            elif choices:
-                if watch.first_content_at is None and (choices[0].get("delta") or {}).get("content"):
-                    watch.first_content_at = time.monotonic()
-            elif chunk.get("usage"):
-                watch.usage = chunk["usage"]
-                if not include_usage:
-                    continue
-            yield chunk
-    finally:
-        await chunks.aclose()
-
-
-async def _prepend(first: dict | None, rest):
-    try:
-        if first is not None:
-            yield first
-        async for chunk in rest:
-            yield chunk
-    finally:
-        await rest.aclose()
 
 
 def _ungranted_tag(body: object, grant: KeyGrant) -> str | None:

@@ -4,9 +4,9 @@ One sample is noise (a burst of long prompts, one slow batch); the rules look at
 and say nothing about a figure with fewer than `MIN_SAMPLES` seconds that carry it (thin data: no suggestion).
 
 `load` is worked out per second from the pool row the way degradation reads a node (operations/degradation.py): the
-highest of KV-cache usage, GPU utilisation and each queue's depth over its limit (the limit times the nodes the row
-covers). Pool rows hold the mean KV-cache usage and GPU utilisation over the nodes, so this load is the pool's
-average, not its busiest node's.
+highest of KV-cache usage, SM activity (never NVML's GPU utilisation, which is near 1.0 whenever any kernel runs) and
+each queue's depth over its limit (the limit times the nodes the row covers). Pool rows hold the mean KV-cache usage
+and SM activity over the nodes, so this load is the pool's average, not its busiest node's.
 """
 
 import math
@@ -98,7 +98,7 @@ def row_load(values: dict, params: dict) -> float | None:
     nodes = max(1, int(_number(values.get("nodes")) or 1))
     signals = [
         _number(values.get("kv_cache_usage")),
-        _number(values.get("gpu_util")),
+        _number(values.get("sm_util")),
         _ratio(values.get("queue_depth_short"), batch["max_queue"] * nodes),
         _ratio(values.get("queue_depth_long"), batch["long_context_max_queue"] * nodes),
     ]

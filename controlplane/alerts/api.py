@@ -8,12 +8,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import Action
-from controlplane.alerts import selectors, serializers
+from controlplane.alerts import coverage, selectors, serializers
 from controlplane.alerts.models import Alert, AlertGroup, AlertRule, AlertRuleVersion, Silence
 from controlplane.alerts.services import lifecycle, rules
 from controlplane.lib.errors import InvalidField
 from controlplane.lib.openapi import conflict
 from controlplane.lib.serializers import query_flag, validated
+from controlplane.nodes.models import EngineNode
 
 
 class AlertRuleList(generics.ListAPIView):
@@ -73,6 +74,28 @@ class AlertRuleVersionList(generics.ListAPIView):
         fields = {**(base.fields() if base else {}), **data}
         version = rules.alert_rule_version_create(actor=request.user, rule=rule, base_number=base_number, **fields)
         return Response(serializers.AlertRuleVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+class NoSourceList(APIView):
+    """Node rules that cannot watch a node because the node has no source for their figure (the vLLM CPU build has no
+    fragmentation reading, a host without a DCGM exporter no SM activity), each with the node's reason: such a rule is
+    "no source" on that node, never healthy. From each node's newest fresh sample; `node`, `pool` filter."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter(p, str) for p in ("node", "pool")],
+        responses=serializers.NoSourceSerializer(many=True),
+    )
+    def get(self, request):
+        params = request.query_params
+        pools = dict(EngineNode.objects.values_list("name", "pool__name"))
+        rows = [
+            {"node": node, "pool": pools.get(node) or "", **entry}
+            for node, entries in coverage.uncovered_by_node(now=timezone.now(), node=params.get("node")).items()
+            for entry in entries
+        ]
+        if params.get("pool"):
+            rows = [row for row in rows if row["pool"] == params["pool"]]
+        return Response(serializers.NoSourceSerializer(rows, many=True).data)
 
 
 class AlertList(generics.ListAPIView):

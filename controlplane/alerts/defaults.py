@@ -23,6 +23,13 @@ Installed once by a data migration as version 1 of each rule (author: none, the 
   against a leak that takes hours. Warning at 2 % of GPU memory gained in the window while utilisation fell by 10
   points or more (on an 80 GB card, 1.6 GB in ten minutes: vLLM's reservation leaves ~10 % headroom, gone in under
   an hour at that rate), critical at 5 %.
+- Intent drift and intent unsure, 60 s: their values already cover ten minutes of the pool's classified requests
+  (controlplane/alerts/intent_drift.py), and the response (look at the review queue, retrain) takes hours; a
+  minute more keeps one pass's wobble from paging. Drift: the share below the confidence floor 10 points above the
+  pool's own median of the three hours before is a warning (at the seed's 50 QPS that is some 3,000 more requests in
+  ten minutes served at the default temperature), 20 points critical. Unsure: whatever the baseline, once 30 % of a
+  pool's classified requests fall below the floor the classifier is not steering the tiers for nearly a third of
+  the traffic; a pool that has always been there has no drift to show, so the absolute line catches it.
 - Canary rolled back, 0 s: the rollout's analysis window already is the debounce (controlplane/nodes/services/
   rollouts.py); the signal stays up 10 minutes after the rollback so the alert is seen (alerts/signals.py).
 """
@@ -170,6 +177,29 @@ DEFAULT_RULES: tuple[dict, ...] = (
         "for_s": 10,
         "runbook": "batch-timeout-exceeded",
         "summary": "Batch timeout exceeded with a throughput drop (seed fault case 1, 批量超时): share of QPS lost",
+    },
+    {
+        "name": "intent-drift",
+        "metric": "intent_drift_rise",
+        "scope": "pool",
+        "comparison": "ge",
+        "warn": 0.10,
+        "critical": 0.20,
+        "for_s": 60,
+        "runbook": "intent-drift",
+        "summary": "More of the pool's requests fall below the intent confidence floor than usual (rise over its "
+        "baseline): traffic the classifier has not learnt",
+    },
+    {
+        "name": "intent-unsure",
+        "metric": "intent_drift_share",
+        "scope": "pool",
+        "comparison": "ge",
+        "warn": 0.30,
+        "critical": None,
+        "for_s": 60,
+        "runbook": "intent-drift",
+        "summary": "30 % or more of the pool's classified requests fall below the intent confidence floor",
     },
     {
         "name": "gpu-memory-leak",

@@ -1,5 +1,5 @@
 """What a pass reads, and the signals it derives itself: node lost, restarts, NACKs, stale metrics, failed warmups,
-rolled-back canaries and the trend detectors of the seed's two fault cases.
+rolled-back canaries, the trend detectors of the seed's two fault cases and the pools' intent drift.
 
 `PassInputs` reads each input at most once per pass and only when a rule needs it, so a pass costs a fixed number of
 queries whatever the fleet's size. `entities()` gives (name, pool, value) for every entity of a rule's scope; value
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from controlplane.alerts import detectors, signals
+from controlplane.alerts import detectors, intent_drift, signals
 from controlplane.alerts.coverage import no_source
 from controlplane.alerts.models import AlertRuleVersion, NodeRestartTrack
 from controlplane.metrics import selectors as metrics
@@ -112,6 +112,10 @@ class PassInputs:
             increases = self._once("restarts", self.track_restarts)
             for node in self.nodes():
                 yield node["name"], node["pool__name"], increases.get(node["name"], UNKNOWN)
+        elif metric in intent_drift.SIGNAL_NAMES:
+            drift = self._once("intent_drift", lambda: intent_drift.drift_by_pool(now=self.now))
+            for pool in self.pools():
+                yield pool, pool, (drift.get(pool) or {}).get(metric)
         elif metric in detectors.DETECTED:
             values = self._once("trends", self.track_trends)
             for node in self.nodes():

@@ -16,12 +16,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from controlplane.accounts.roles import Action
-from controlplane.alerts import detectors, signals
+from controlplane.alerts import coverage, detectors, intent_drift, signals
 from controlplane.alerts.derived import canary_rolled_back_pools, node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
 from controlplane.lib.loop_health import LoopState, loops_health, process_name
 from controlplane.metrics import coalescing
 from controlplane.metrics import selectors as metrics
+from controlplane.metrics.samples import CONFIDENCE_BUCKETS
 from controlplane.nodes.models import EngineNode, Pool
 
 # Count maps of the samples exported per bucket, at pool and fleet scope (per node would multiply series).
@@ -50,10 +51,13 @@ class ControlPlaneCollector:
         }
         yield from self.sample_families(latest, pool_of)
         yield from self.length_families(latest)
+        yield from self.confidence_families(latest)
+        yield from self.intent_drift_families(now)
         yield from self.node_families(nodes, now)
         yield self.canary_family(now)
         yield from self.trend_families(pool_of)
         yield from self.alert_families()
+        yield self.no_source_family(pool_of, now)
         yield from self.loop_families(now)
         yield from self.live_families()
 
@@ -99,6 +103,33 @@ class ControlPlaneCollector:
                     count = hist.get(bucket)
                     if isinstance(count, int | float) and not isinstance(count, bool):
                         family.add_metric([*([name] if scope == signals.POOL else []), bucket], float(count))
+            yield family
+
+    def confidence_families(self, latest):
+        for scope in (signals.POOL, signals.FLEET):
+            family = GaugeMetricFamily(
+                f"controlplane_{scope}_intent_classified_by_confidence",
+                f"Classified requests in the last sample window by the classifier's confidence, in % ({scope})",
+                labels=[*LABELS[scope], "bucket"],
+            )
+            for name, values in sorted(latest[scope].items()):
+                hist = values.get("intent_confidence_hist") or {}
+                for bucket in CONFIDENCE_BUCKETS:
+                    count = hist.get(bucket, 0)
+                    if isinstance(count, int | float) and not isinstance(count, bool):
+                        family.add_metric([*([name] if scope == signals.POOL else []), bucket], float(count))
+            yield family
+
+    def intent_drift_families(self, now):
+        """The intent drift values per pool (controlplane/alerts/intent_drift.py), computed for this scrape."""
+        values = intent_drift.drift_by_pool(now=now)
+        for signal in (signals.INTENT_DRIFT_SHARE, signals.INTENT_DRIFT_RISE):
+            family = GaugeMetricFamily(
+                signal.prom_series(signals.POOL), signal.label.capitalize(), labels=LABELS[signals.POOL]
+            )
+            for pool, found in sorted(values.items()):
+                if found.get(signal.name) is not None:
+                    family.add_metric([pool], found[signal.name])
             yield family
 
     def node_families(self, nodes, now):
@@ -194,6 +225,19 @@ class ControlPlaneCollector:
         )
         tracked.add_metric([], float(NodeRestartTrack.objects.count()))
         yield tracked
+
+    def no_source_family(self, pool_of, now):
+        """1 per node rule the node has no source for (alerts/coverage.py): the rule watches nothing there."""
+        family = GaugeMetricFamily(
+            "controlplane_alert_rule_no_source",
+            "1 when the node has no source for the rule's figure (no fragmentation reading, no DCGM exporter, no GPU):"
+            " the rule is neither firing nor healthy on that node",
+            labels=["node", "pool", "rule", "metric"],
+        )
+        for node, entries in coverage.uncovered_by_node(now=now).items():
+            for entry in entries:
+                family.add_metric([node, pool_of.get(node, ""), entry["rule"], entry["metric"]], 1.0)
+        return family
 
     def loop_families(self, now):
         """The background loops of the process that answers the scrape (`controlplane/lib/loop_health.py`)."""

@@ -90,6 +90,17 @@ class AlertSerializer(_Summary):
     incident = serializers.IntegerField(allow_null=True)
 
 
+class NoSourceSerializer(serializers.Serializer):
+    """A node rule that cannot watch a node: the node has no source for the rule's figure (neither firing nor OK)."""
+
+    node = serializers.CharField()
+    pool = serializers.CharField()
+    rule = serializers.CharField()
+    metric = serializers.CharField(help_text="the sample figure the rule reads, e.g. `fragmentation_ratio`")
+    label = serializers.CharField()
+    reason = serializers.CharField(help_text="why the node cannot measure it, in the node's words (bounded text)")
+
+
 class AffectedSerializer(serializers.Serializer):
     alert = serializers.IntegerField()
     scope = serializers.ChoiceField(choices=AlertRuleVersion.Scope.choices)

@@ -48,11 +48,25 @@ SAMPLE_METRICS: tuple[Signal, ...] = (
     Signal("spec_rejection_rate", "speculative-decoding rejection", "ratio", _ALL, "spec_rejection_ratio"),
     Signal("fragmentation_ratio", "GPU memory fragmentation", "ratio", _ALL, "memory_fragmentation_ratio"),
     Signal("gpu_util", "GPU utilisation", "ratio", _ALL, "gpu_utilization_ratio"),
-    Signal("sm_util", "SM utilisation", "ratio", _ALL, "sm_utilization_ratio"),
+    Signal("sm_util", "SM activity (DCGM)", "ratio", _ALL, "sm_utilization_ratio"),
     Signal("gpu_memory_used", "GPU memory used", "ratio", _ALL, "gpu_memory_used_ratio"),
     Signal("batch_timeout_rate", "requests past their batch timeout", "ratio", _ALL, "batch_timeout_ratio"),
     Signal("long_request_share", "share of requests above 1k tokens", "ratio", _ALL, "long_request_ratio"),
     Signal("degraded", "degradation mode on", "flag", _ALL, "degraded"),
+    Signal(
+        "intent_classified",
+        "requests the intent classifier labelled (sample window)",
+        "count",
+        _ALL,
+        "intent_classified",
+    ),
+    Signal(
+        "intent_below_floor_share",
+        "share of classified requests below the intent confidence floor",
+        "ratio",
+        _ALL,
+        "intent_below_floor_ratio",
+    ),
 )
 
 # Signals the evaluator derives from the node table and the samples' arrival (node scope), and from the pools'
@@ -95,9 +109,27 @@ GPU_MEMORY_LEAK = Signal(
     "gpu_memory_leak_rise_ratio",
     derived=True,
 )
+# The intent drift detector (controlplane/alerts/intent_drift.py): a pool's share of classified requests below the
+# floor over the recent window, and its rise over the pool's own baseline.
+INTENT_DRIFT_SHARE = Signal(
+    "intent_drift_share",
+    "share of classified requests below the intent confidence floor over the drift window (enough requests)",
+    "ratio",
+    (POOL,),
+    "intent_drift_below_floor_ratio",
+    derived=True,
+)
+INTENT_DRIFT_RISE = Signal(
+    "intent_drift_rise",
+    "rise of the share below the intent confidence floor over the pool's baseline (median of the hours before)",
+    "ratio",
+    (POOL,),
+    "intent_drift_rise_ratio",
+    derived=True,
+)
 DERIVED: tuple[Signal, ...] = (
     NODE_LOST, ENGINE_RESTARTS_10M, ROLLOUT_NACKED, METRICS_STALE, WARMUP_FAILED, CANARY_ROLLED_BACK,
-    BATCH_TIMEOUT_DROP, GPU_MEMORY_LEAK,
+    BATCH_TIMEOUT_DROP, GPU_MEMORY_LEAK, INTENT_DRIFT_SHARE, INTENT_DRIFT_RISE,
 )  # fmt: skip
 
 SIGNALS: dict[str, Signal] = {s.name: s for s in (*SAMPLE_METRICS, *DERIVED)}

@@ -7,6 +7,12 @@ negative (a bool is not a number); nullable figures may be null; counts are inte
 hold known buckets (free labels for intents) with integer counts; `absent` maps null figures to why the node has
 no value for them (a short printable text each; `{}` when left out); `t` is within `MAX_CLOCK_SKEW_S` of the
 control plane's clock.
+
+The intent figures (engine_node/telemetry/requests.py) hold together: `intent_confidence_hist` has at most the ten
+fixed buckets and its counts add up to `intent_classified`; `intent_below_floor_share` is a share (0 to 1), null
+exactly when nothing was classified; each count is at most `MAX_WINDOW_COUNT` (a node's window holds at most 100,000
+requests; a larger figure is a lie that would only distort the pool's weighted share). An agent older than these
+figures leaves all three out: its sample counts as having classified nothing.
 """
 
 import math
@@ -35,15 +41,20 @@ NULLABLE_FIGURES = (
     "long_request_share",
     "gpu_memory_used",
     "batch_timeout_rate",
+    "intent_below_floor_share",
 )
 FIGURES = ("qps",)  # always a number
-COUNTS = ("queue_depth_short", "queue_depth_long", "engine_restarts")  # integers
+COUNTS = ("queue_depth_short", "queue_depth_long", "engine_restarts", "intent_classified")  # integers
 FLAGS = ("degraded",)  # 0 or 1
 LENGTH_BUCKETS = ("le256", "le512", "le1k", "le2k", "gt2k")
 TIERS = ("strict", "normal", "creative")
-COUNT_MAPS = ("batch_size_hist", "length_hist", "intents", "tiers")
+CONFIDENCE_BUCKETS = tuple(f"{10 * i}-{10 * i + 10}" for i in range(10))  # [0, 0.1), ..., [0.9, 1.0]
+COUNT_MAPS = ("batch_size_hist", "length_hist", "intents", "tiers", "intent_confidence_hist")
 SAMPLE_KEYS = frozenset((*NULLABLE_FIGURES, *FIGURES, *COUNTS, *FLAGS, *COUNT_MAPS))
 MESSAGE_KEYS = frozenset({"type", "t", "window_s", "m"})
+# What an agent older than the intent figures leaves out, read as "nothing classified".
+INTENT_DEFAULTS = {"intent_classified": 0, "intent_below_floor_share": None, "intent_confidence_hist": {}}
+MAX_WINDOW_COUNT = 10**9
 # Why a figure is null on this node: {figure: reason}. Not a figure itself (never charted or aggregated).
 ABSENT = "absent"
 MAX_REASON_CHARS = 300
@@ -107,6 +118,7 @@ _MAP_KEYS = {
     "length_hist": lambda k: k in LENGTH_BUCKETS,
     "intents": lambda k: bool(_LABEL.fullmatch(k)),
     "tiers": lambda k: k in TIERS,
+    "intent_confidence_hist": lambda k: k in CONFIDENCE_BUCKETS,
 }
 
 
@@ -126,6 +138,8 @@ def sample_parse(message, *, now: float) -> tuple[float, dict]:
     if not isinstance(m, dict):
         raise SampleRejected(f"m: expected an object, got {type(m).__name__}")
     m.setdefault(ABSENT, {})
+    if not any(key in m for key in INTENT_DEFAULTS):
+        m.update(INTENT_DEFAULTS)
     if set(m) - {ABSENT} != SAMPLE_KEYS:
         raise SampleRejected(_key_difference("m", set(m) - {ABSENT}, SAMPLE_KEYS))
     for key in FIGURES:
@@ -140,8 +154,21 @@ def sample_parse(message, *, now: float) -> tuple[float, dict]:
         m[key] = int(m[key])
     for key in COUNT_MAPS:
         _count_map(key, m[key], _MAP_KEYS[key])
+    _intent_figures(m)
     _absent(m)
     return float(t), m
+
+
+def _intent_figures(m: dict) -> None:
+    classified, share, hist = m["intent_classified"], m["intent_below_floor_share"], m["intent_confidence_hist"]
+    if classified > MAX_WINDOW_COUNT:
+        raise SampleRejected(f"intent_classified: a window counts at most {MAX_WINDOW_COUNT} requests")
+    if sum(hist.values()) != classified:
+        raise SampleRejected("intent_confidence_hist: its counts must add up to intent_classified")
+    if (share is None) != (classified == 0):
+        raise SampleRejected("intent_below_floor_share: null exactly when intent_classified is 0")
+    if share is not None and share > 1:
+        raise SampleRejected("intent_below_floor_share: a share, at most 1")
 
 
 def _absent(m: dict) -> None:

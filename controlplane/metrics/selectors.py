@@ -5,9 +5,9 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, OuterRef, Q, Subquery
-from django.db.models.fields.json import KeyTransform
-from django.db.models.functions import Coalesce
+from django.db.models import Count, FloatField, OuterRef, Q, Subquery, Sum
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from controlplane.metrics.models import MetricSample
@@ -104,6 +104,40 @@ def window_values(*, scope: str, name: str, metric: str, seconds: float, now: da
         resolution_s=MetricSample.Resolution.SECOND,
     )
     return [value for value in map(_number, columns[metric]) if value is not None]
+
+
+def pool_intent_totals(*, since: datetime, until: datetime, resolution_s: int) -> dict[str, tuple[float, float]]:
+    """pool -> (sum of intent_classified, sum of intent_classified x intent_below_floor_share) over its rows in
+    (since, until]: a window's classified-weighted share without its rows leaving the database (one row per pool)."""
+    classified = Cast(KeyTextTransform("intent_classified", "values"), FloatField())
+    share = Cast(KeyTextTransform("intent_below_floor_share", "values"), FloatField())
+    rows = (
+        MetricSample.objects.filter(scope=MetricSample.Scope.POOL, resolution_s=resolution_s, t__gt=since, t__lte=until)
+        .values("name")
+        # A row with classified requests always has a share (controlplane/metrics/samples.py checks it).
+        .annotate(classified=Sum(classified), below=Sum(classified * share))
+        .values_list("name", "classified", "below")
+    )
+    return {name: (total, below or 0.0) for name, total, below in rows if total and total > 0}
+
+
+def pool_intent_rows(
+    *, since: datetime, until: datetime, resolution_s: int
+) -> dict[str, list[tuple[float, float, float]]]:
+    """pool -> [(unix t, intent_classified, intent_below_floor_share)] of its rows in (since, until], oldest first;
+    rows with nothing classified are left out. One query for every pool (the alert pass reads it once)."""
+    rows = (
+        MetricSample.objects.filter(scope=MetricSample.Scope.POOL, resolution_s=resolution_s, t__gt=since, t__lte=until)
+        .order_by("t")
+        .annotate(classified=_key("intent_classified"), share=_key("intent_below_floor_share"))
+        .values_list("name", "t", "classified", "share")
+    )
+    result: dict[str, list[tuple[float, float, float]]] = {}
+    for name, t, classified, share in rows:
+        classified, share = _number(classified), _number(share)
+        if classified and classified > 0 and share is not None:
+            result.setdefault(name, []).append((t.timestamp(), classified, share))
+    return result
 
 
 def history_resolution(*, since: datetime, until: datetime, now: datetime | None = None) -> int:

@@ -132,13 +132,17 @@ def pool_loads(*, now: datetime) -> dict[int, PoolLoad]:
 
 
 def node_load(values: dict | None, params: dict, *, node: str) -> PoolLoad:
-    """The highest of a node's KV-cache usage, queue saturation and GPU utilisation; no fresh sample is 1.0."""
+    """The highest of a node's KV-cache usage, queue saturation and SM activity; no fresh sample is 1.0.
+
+    NVML's GPU utilisation (`gpu_util`) is not load: it is the share of time any kernel ran, near 1.0 on a GPU that
+    decodes one sequence at a time, so it would degrade an idle-looking pool. SM activity (DCGM, `sm_util`) is the
+    share of SMs busy, which grows with the batch; where no DCGM exporter runs the load is KV cache and queues."""
     if values is None:
         return PoolLoad(1.0, node, "no fresh sample")
     batch = params["batch"]
     figures = {
         "kv_cache_usage": _number(values.get("kv_cache_usage")),
-        "gpu_util": _number(values.get("gpu_util")),
+        "sm_util": _number(values.get("sm_util")),
         "queue_depth_short": _ratio(values.get("queue_depth_short"), batch["max_queue"]),
         "queue_depth_long": _ratio(values.get("queue_depth_long"), batch["long_context_max_queue"]),
     }

@@ -86,7 +86,7 @@ FIELDS: tuple[Field, ...] = (
         200,
         1,
         32768,
-        "Replies expected past this many tokens are streamed to the client.",
+        "A client that accepts JSON or a stream gets replies up to this many tokens whole, longer ones streamed.",
     ),
     Field(
         "max_tokens.whitelist",

@@ -105,6 +105,10 @@ class Decision:
     degraded: bool = False
     whitelist: str | None = None
     notes: tuple[str, ...] = field(default=())
+    # The reply may run past max_tokens.streaming_threshold: a client that accepts a stream gets one after that many
+    # tokens (engine_node/long_replies.py); None when max_tokens is at or below the threshold.
+    stream_after_tokens: int | None = None
+    confidence_floor: float | None = None  # the template's intent floor this decision was judged against
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -194,6 +198,8 @@ class Policy:
         max_tokens, max_tokens_rule, rounds, whitelist = self._max_tokens(
             client_max_tokens, business_tag, intent if confident else None, notes
         )
+        streaming_threshold = self.params["max_tokens"]["streaming_threshold"]
+        stream_after = streaming_threshold if max_tokens is None or max_tokens > streaming_threshold else None
         long_threshold = self.params["batch"]["long_context_threshold"]
         if prompt_tokens > long_threshold:
             queue, queue_rule = "long", f"prompt {prompt_tokens} tokens > {long_threshold}"
@@ -220,6 +226,8 @@ class Policy:
             degraded=self.degraded,
             whitelist=whitelist,
             notes=tuple(notes),
+            stream_after_tokens=stream_after,
+            confidence_floor=floor,
         )
 
     def strict_hits(self, text: str) -> list[RegexHit]:

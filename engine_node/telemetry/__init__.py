@@ -40,7 +40,8 @@ SAMPLE_KEYS = (
     "rejected_rate", "requests_running", "requests_waiting", "kv_cache_usage", "queue_depth_short",
     "queue_depth_long", "batch_size_mean", "batch_size_hist", "batch_efficiency", "batch_idle_ratio",
     "spec_acceptance_rate", "spec_rejection_rate", "fragmentation_ratio", "gpu_util", "sm_util", "length_hist",
-    "long_request_share", "intents", "tiers", "degraded", "engine_restarts", "gpu_memory_used", "batch_timeout_rate",
+    "long_request_share", "intents", "tiers", "intent_classified", "intent_below_floor_share",
+    "intent_confidence_hist", "degraded", "engine_restarts", "gpu_memory_used", "batch_timeout_rate",
     "absent",
 )  # fmt: skip
 # Figures read from a source the node may not have (a GPU, an allocator, a DCGM exporter).

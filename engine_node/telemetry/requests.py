@@ -9,6 +9,14 @@ Outcomes: "ok" (answered), "error" (5xx from the engine, engine unreachable, a s
 request with a 4xx, e.g. a prompt over max_model_len). Latency percentiles, time to first token and the length
 distribution are over "ok" requests only; error and rejected rates are shares of every request in the window.
 "1k tokens" is 1024, the boundary of the `le1k` bucket.
+
+Intent figures (every outcome counts: the classifier decided before the request was admitted or refused):
+`intent_classified` is how many of the window's requests the gateway's classifier labelled (a business tag or an
+empty message is not a classification), `intent_below_floor_share` the share of those whose confidence was below
+the template's intent confidence floor at decision time (null when none was classified), and
+`intent_confidence_hist` their confidences in ten fixed buckets of 0.1 (`"0-10"` is [0, 0.1), ..., `"90-100"` is
+[0.9, 1.0]). A rising share below the floor means traffic the model has not learnt (controlplane/alerts,
+`intent-drift`).
 """
 
 import collections
@@ -20,10 +28,11 @@ TIERS = ("strict", "normal", "creative")
 LENGTH_BUCKETS = (("le256", 256), ("le512", 512), ("le1k", 1024), ("le2k", 2048))
 LENGTH_KEYS = (*(key for key, _ in LENGTH_BUCKETS), "gt2k")
 LONG_REQUEST_TOKENS = 1024
+CONFIDENCE_BUCKETS = tuple(f"{10 * i}-{10 * i + 10}" for i in range(10))
 MAX_ENTRIES = 100_000  # a hard bound on memory: 10 s at 10k requests per second
 
 # Entry fields, in tuple order (a tuple per request keeps recording cheap).
-_END, _E2E, _TTFT, _OUTCOME, _TOKENS, _INTENT, _TIER = range(7)
+_END, _E2E, _TTFT, _OUTCOME, _TOKENS, _INTENT, _TIER, _CONFIDENCE, _BELOW_FLOOR = range(9)
 
 
 def percentile(ordered: list[float], q: float) -> float | None:
@@ -74,10 +83,25 @@ class RequestLog(_Window):
         tokens: int | None = None,
         intent: str = "none",
         tier: str = "normal",
+        confidence: float | None = None,
+        below_floor: bool = False,
         end: float | None = None,
     ) -> None:
-        """One finished request; `end` defaults to now on the log's clock."""
-        self._entries.append((self._clock() if end is None else end, e2e_s, ttft_s, outcome, tokens, intent, tier))
+        """One finished request; `confidence` is the classifier's (None when it did not decide), `below_floor` whether
+        that was below the template's floor; `end` defaults to now on the log's clock."""
+        self._entries.append(
+            (
+                self._clock() if end is None else end,
+                e2e_s,
+                ttft_s,
+                outcome,
+                tokens,
+                intent,
+                tier,
+                confidence,
+                below_floor,
+            )
+        )
 
     def stats(self, now: float | None = None) -> dict:
         entries, span = self.recent(now)
@@ -87,11 +111,17 @@ class RequestLog(_Window):
         lengths = dict.fromkeys(LENGTH_KEYS, 0)
         intents: dict[str, int] = {}
         tiers = dict.fromkeys(TIERS, 0)
+        confidences = [0] * len(CONFIDENCE_BUCKETS)
+        below_floor = 0
         for entry in entries:
             outcome = entry[_OUTCOME]
             counts[outcome] = counts.get(outcome, 0) + 1
             intents[entry[_INTENT]] = intents.get(entry[_INTENT], 0) + 1
             tiers[entry[_TIER]] = tiers.get(entry[_TIER], 0) + 1
+            confidence = entry[_CONFIDENCE]
+            if confidence is not None and 0.0 <= confidence <= 1.0:  # NaN is no reading
+                confidences[int(confidence * 10) if confidence < 1.0 else 9] += 1
+                below_floor += entry[_BELOW_FLOOR]
             if outcome != "ok":
                 continue
             latencies.append(entry[_E2E])
@@ -103,6 +133,7 @@ class RequestLog(_Window):
         ttfts.sort()
         total = len(entries)
         sized = sum(lengths.values())
+        classified = sum(confidences)
         return {
             "qps": (total - counts["rejected"]) / span,
             "latency_p50_s": percentile(latencies, 0.50),
@@ -116,6 +147,9 @@ class RequestLog(_Window):
             "long_request_share": (lengths["le2k"] + lengths["gt2k"]) / sized if sized else None,
             "intents": intents,
             "tiers": tiers,
+            "intent_classified": classified,
+            "intent_below_floor_share": below_floor / classified if classified else None,
+            "intent_confidence_hist": dict(zip(CONFIDENCE_BUCKETS, confidences, strict=True)),
         }
 
 

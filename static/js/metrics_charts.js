@@ -14,8 +14,11 @@
     ["gt2k", ">2k"],
   ];
 
-  const share = (bucket) => (v) => {
-    const hist = v.length_hist;
+  // The classifier's confidence in ten buckets of 10 % (controlplane/metrics/samples.py CONFIDENCE_BUCKETS).
+  const CONFIDENCE_BUCKETS = Array.from({ length: 10 }, (_, i) => `${i * 10}-${i * 10 + 10}`);
+
+  const share = (bucket, map = "length_hist") => (v) => {
+    const hist = v[map];
     if (!hist) return null;
     const total = Object.values(hist).reduce((a, b) => a + b, 0);
     return total > 0 ? (hist[bucket] || 0) / total : null;
@@ -72,6 +75,25 @@
       lines: [line(0.2, "warn 20 %", COLORS.warn, "dash"), line(0.35, "critical 35 %", COLORS.bad, "solid")],
     },
     {
+      // The leak case (显存泄漏): utilisation drifting down while memory used creeps up (the gpu-memory-leak rule).
+      id: "gpu",
+      title: "GPU",
+      percent: true,
+      traces: [
+        { name: "utilisation (NVML)", get: key("gpu_util"), metric: "gpu_util" },
+        { name: "SM activity (DCGM)", get: key("sm_util"), metric: "sm_util" },
+        { name: "memory used", get: key("gpu_memory_used"), metric: "gpu_memory_used" },
+      ],
+    },
+    {
+      // The batch-timeout case: requests that waited past twice batch.timeout_ms or were refused after the queue
+      // timeout, read beside the throughput chart (the batch-timeout rule fires only with a throughput drop).
+      id: "batch-timeouts",
+      title: "Batch timeouts",
+      percent: true,
+      traces: [{ name: "timed-out share", get: key("batch_timeout_rate"), metric: "batch_timeout_rate" }],
+    },
+    {
       id: "length",
       title: "Request length (prompt + completion tokens)",
       percent: true,
@@ -81,6 +103,27 @@
         { name: ">1k share", get: key("long_request_share"), metric: "long_request_share", emphasis: true },
       ],
       lines: [line(0.05, ">1k alert 5 %", COLORS.bad, "dash")],
+    },
+    {
+      id: "intent",
+      title: "Intent classifier confidence",
+      percent: true,
+      stacked: true,
+      traces: [
+        ...CONFIDENCE_BUCKETS.map((bucket) => ({
+          name: bucket + " %",
+          get: share(bucket, "intent_confidence_hist"),
+          metric: "intent_confidence_hist",
+          bar: true,
+        })),
+        {
+          name: "below the floor",
+          get: key("intent_below_floor_share"),
+          metric: "intent_below_floor_share",
+          emphasis: true,
+        },
+      ],
+      lines: [line(0.3, "intent-unsure 30 %", COLORS.warn, "dash")],
     },
   ];
 

@@ -32,6 +32,7 @@
     row("temperature", String(d.temperature), d.temperature_rule);
     row("max_tokens", String(d.max_tokens), d.max_tokens_rule + (d.notes.length ? " (" + d.notes.join("; ") + ")" : ""));
     row("continuation rounds", String(d.continuation_rounds), d.continuation_rounds ? "a reply cut mid-sentence is continued" : "none");
+    row("streamed past", d.stream_after_tokens === null ? "never" : d.stream_after_tokens + " tokens", d.stream_after_tokens === null ? "max_tokens is at or below max_tokens.streaming_threshold: the reply comes whole" : "a client that accepts JSON or a stream gets a longer reply streamed");
     row("queue", d.queue, d.queue_rule);
     if (d.override) row("override", d.override.tier || String(d.override.temperature), "set by " + d.override.set_by + ": " + d.override.reason);
     if (d.degraded) row("degraded", "yes", "the pool is degraded: its temperature and max_tokens win");

@@ -68,7 +68,8 @@ def test_loaded_p99_reads_only_the_seconds_above_the_load_line():
 
 
 def test_row_load_is_the_highest_signal_with_queues_over_their_limits_times_nodes():
-    assert row_load({"nodes": 2, "kv_cache_usage": 0.3, "gpu_util": 0.5, "queue_depth_short": 256}, SEED) == 0.5
+    assert row_load({"nodes": 2, "kv_cache_usage": 0.3, "sm_util": 0.5, "queue_depth_short": 256}, SEED) == 0.5
+    assert row_load({"nodes": 1, "kv_cache_usage": 0.3, "gpu_util": 1.0}, SEED) == 0.3  # any kernel running: not load
     assert row_load({"nodes": 1, "kv_cache_usage": 0.3, "queue_depth_long": 16}, SEED) == 1.0
     assert row_load({"nodes": 1, "queue_depth_long": 64}, SEED) == 1.0  # never above saturated
     assert row_load({"nodes": 1, "qps": 3}, SEED) is None

@@ -17,7 +17,8 @@ def blank_sample(**values) -> dict:
     """Every key of the agent's sample (contract A): figures null, counts zero, maps empty, then `values`."""
     sample: dict = {key: None for key in SAMPLE_KEYS}
     sample.update(qps=0.0, queue_depth_short=0, queue_depth_long=0, engine_restarts=0, degraded=0)
-    sample.update(batch_size_hist={}, length_hist={}, intents={}, tiers={})
+    sample.update(batch_size_hist={}, length_hist={}, intents={}, tiers={}, intent_classified=0)
+    sample.update(intent_confidence_hist={})
     sample.update(values)
     return sample
 

@@ -91,6 +91,24 @@ def test_the_cpu_build_is_no_source_not_green(fleet, clock, users):
     cell = cell[: cell.index("</td>")]
     assert "GPU memory fragmentation" in cell and memory.CPU_BUILD in cell and gpu_figures.NO_GPU in cell
 
+    # The same, for machines: the REST API (with its filters) and the control plane's /metrics.
+    rows = client.get("/api/v1/alerts/no-source/", {"node": "cpu-1"}).json()
+    fragmentation = next(r for r in rows if r["rule"] == "memory-fragmentation")
+    assert fragmentation == {
+        "node": "cpu-1",
+        "pool": fleet.prod.name,
+        "rule": "memory-fragmentation",
+        "metric": "fragmentation_ratio",
+        "label": fragmentation["label"],
+        "reason": memory.CPU_BUILD,
+    }
+    assert client.get("/api/v1/alerts/no-source/", {"pool": "no-such-pool"}).json() == []
+    exposition = client.get("/metrics").content.decode()
+    assert (
+        f'controlplane_alert_rule_no_source{{metric="fragmentation_ratio",node="cpu-1",pool="{fleet.prod.name}",'
+        f'rule="memory-fragmentation"}} 1.0' in exposition
+    )
+
 
 def test_a_firing_alert_is_not_resolved_when_its_source_goes(fleet, clock):
     fleet.add("gpu-1")

@@ -136,8 +136,10 @@ def test_exported_rules_pass_promtool_and_say_what_the_rules_say(default_rules, 
     assert "LongRequestsCritical" not in exported  # warning-only rule
     assert "for" not in exported["NodeLostCritical"]
     enabled = AlertRule.objects.count()
-    # long-requests, rollout-nacked, metrics-stale, pool-degraded, warmup-failed and canary-rolled-back only warn
-    assert len(exported) == enabled * 2 - 6
+    # long-requests, rollout-nacked, metrics-stale, pool-degraded, warmup-failed, canary-rolled-back and
+    # intent-unsure only warn
+    assert len(exported) == enabled * 2 - 7
+    assert exported["IntentDriftCritical"]["expr"] == "controlplane_pool_intent_drift_rise_ratio >= 0.2"
     assert alert_name("spec-decode-rejection", "warning") == "SpecDecodeRejectionWarning"
 
     board = json.loads(dashboard.read_text())

@@ -379,6 +379,7 @@ MATRIX: tuple[Call, ...] = (
     Call("alert-rule-version-list", "GET", EVERY_ROLE, 200, P99),
     Call("alert-rule-version-list", "POST", OPERATORS, 201, P99, {"base_version": 1, "warn": 1.5}, writes=True),
     Call("alert-list", "GET", EVERY_ROLE, 200, data={"state": "all"}),
+    Call("alert-no-source-list", "GET", EVERY_ROLE, 200),
     Call("incident-list", "GET", EVERY_ROLE, 200),
     Call("incident-detail", "GET", EVERY_ROLE, 200, lambda: {"pk": _first(AlertGroup)}),
     Call("incident-ack", "POST", RESPONDERS, 200, lambda: {"pk": _first(AlertGroup)}, {"note": "on it"}, writes=True),

@@ -54,7 +54,12 @@ def wait_for_range(page, range_s: int, *, resolution: int) -> None:
 
 def test_overview_charts_extend_every_second_and_show_a_stalled_stream(seeded, server_url, new_page, shot):
     tokens = register_nodes()
-    agents = FakeAgents(server_url.replace("http://", "ws://") + "/ws/agent/", tokens)
+
+    def figures(node: str, i: int) -> dict:
+        gpu = {"gpu_util": 0.6 + (i % 3) / 10, "gpu_memory_used": 0.9, "absent": {"sm_util": "no DCGM exporter"}}
+        return {"qps": 1.0 + (i % 5) / 10, "latency_p99_s": 0.9 + (i % 7) / 20, "batch_timeout_rate": 0.0, **gpu}
+
+    agents = FakeAgents(server_url.replace("http://", "ws://") + "/ws/agent/", tokens, figures)
     agents.start()
     try:
         page = new_page()
@@ -113,6 +118,12 @@ def test_overview_charts_extend_every_second_and_show_a_stalled_stream(seeded, s
         page.locator("#stream-state.flowing").wait_for(timeout=15_000)
         wait_until(lambda: appended(page) >= 3, 10, "node points")
         assert page.locator("[data-testid=simulated-label]").is_visible()
+        # GPU utilisation and memory used are charted; SM activity has no source on these nodes.
+        gpu = page.evaluate(
+            "document.getElementById('chart-gpu').data.map(t => t.y.filter(v => v !== null && v !== undefined).length)"
+        )
+        assert gpu[0] > 0 and gpu[1] == 0 and gpu[2] > 0, gpu
+        assert page.evaluate("document.getElementById('chart-batch-timeouts').data[0].y.length") > 0
         shot(page, "64-metrics-node-simulated")
     finally:
         agents.stop()

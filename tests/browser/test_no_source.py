@@ -43,5 +43,5 @@ def test_no_source_is_shown_once_per_node(seeded, server_url, new_page, shot):
 
     page.goto(f"{server_url}/nodes/cpu-b1/")
     cell = page.locator("[data-testid=absent-figures]").inner_text()
-    assert "GPU memory fragmentation" in cell and memory.CPU_BUILD in cell and "SM utilisation" in cell
+    assert "GPU memory fragmentation" in cell and memory.CPU_BUILD in cell and "SM activity (DCGM)" in cell
     shot(page, "node-not-measured")

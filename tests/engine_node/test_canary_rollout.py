@@ -8,11 +8,9 @@ agents split over two daphne processes (the canary on one, part of its baseline 
 what both processes stored, and the rollback's push reaches the canary through the shared channel layer.
 """
 
-import threading
 import time
 
 import pytest
-from django.db import connection
 
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, Pool, Rollout
@@ -22,6 +20,7 @@ from controlplane.nodes.services.rollouts import pool_canary_update, rollouts_an
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import AgentProcess, Traffic, log_tail, wait_until
 from tests.live_server import Daphne
+from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -72,32 +71,9 @@ def explain_rollout(rollout_pk: int, agents) -> str:
     return "\n".join(lines)
 
 
-class Analyser:
-    """Runs the rollouts' analysis pass every half second in a thread, as `run_periodic` would every 2 s."""
-
-    def __init__(self):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self.errors: list[str] = []
-
-    def _loop(self):
-        try:
-            while not self._stop.is_set():
-                try:
-                    rollouts_analyse()
-                except Exception as exc:  # reported by the test, never swallowed
-                    self.errors.append(repr(exc))
-                self._stop.wait(0.5)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+def Analyser() -> Periodic:
+    """The rollouts' analysis pass every half second in a thread, as `run_periodic` would every 2 s."""
+    return Periodic(rollouts_analyse)
 
 
 @pytest.fixture

@@ -8,13 +8,11 @@ The ramp is written as the node's samples at fake times a thousand seconds ahead
 
 import itertools
 import json
-import threading
 import time
 import urllib.request
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
@@ -33,6 +31,7 @@ from controlplane.params.services.templates import template_create, template_ver
 from tests.engine_node import fleet
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
 from tests.live_server import Daphne
+from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -145,59 +144,27 @@ def speculative_flag(agent: AgentProcess) -> dict | None:
     return json.loads(value) if value is not None else None
 
 
-class Beat:
-    """`degradation_evaluate` every half second in a thread, as the beat schedule runs it in production: each
-    pass sends a pool's next waiting restart once the one before it finished."""
-
-    def __init__(self):
-        self._stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(0.5):
-                try:
-                    degradation_evaluate()
-                except Exception as exc:  # reported by the test, in its own thread
-                    self.errors.append(exc)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+def Beat() -> Periodic:
+    """`degradation_evaluate` every half second in a thread, as the beat schedule runs it in production: each pass
+    sends a pool's next waiting restart once the one before it finished."""
+    return Periodic(degradation_evaluate)
 
 
-class Watch:
+class Watch(Periodic):
     """Polls both agents' /healthz; `overlaps` counts the polls where no node of the pool was online."""
 
     def __init__(self, agents: list[AgentProcess]):
+        super().__init__(self._poll, every_s=0.05)
         self.agents = agents
         self.statuses: dict[str, set[str]] = {a.name: set() for a in agents}
         self.overlaps = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(0.05):
-            now = {a.name: a.health()["status"] for a in self.agents}
-            for name, status in now.items():
-                self.statuses[name].add(status)
-            if all(status != "online" for status in now.values()):
-                self.overlaps += 1
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def _poll(self) -> None:
+        now = {a.name: a.health()["status"] for a in self.agents}
+        for name, status in now.items():
+            self.statuses[name].add(status)
+        if all(status != "online" for status in now.values()):
+            self.overlaps += 1
 
 
 def restarts(state: str | None = None):

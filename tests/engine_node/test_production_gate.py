@@ -6,11 +6,9 @@ node's own error; an SRE's override still publishes it. The gate's watch runs in
 would every 5 s.
 """
 
-import threading
 import time
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
@@ -24,6 +22,7 @@ from controlplane.nodes.services.version_runs import version_runs_watch
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 from tests.live_server import Daphne
+from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -34,32 +33,9 @@ def document(**sections) -> dict:
     return {"inference_params": {"max_tokens": {"whitelist": []}, **sections}}
 
 
-class Watch:
+def Watch() -> Periodic:
     """The gate's watch every half second in a thread (the beat schedule runs it every 5 s)."""
-
-    def __init__(self):
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self.errors: list[str] = []
-
-    def _loop(self):
-        try:
-            while not self._stop.is_set():
-                try:
-                    version_runs_watch()
-                except Exception as exc:  # reported by the test, never swallowed
-                    self.errors.append(repr(exc))
-                self._stop.wait(0.5)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return Periodic(version_runs_watch)
 
 
 @pytest.fixture

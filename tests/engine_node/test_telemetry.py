@@ -112,6 +112,27 @@ def test_request_log_forgets_requests_older_than_the_window():
     assert empty["tiers"] == {"strict": 0, "normal": 0, "creative": 0} and empty["intents"] == {}
 
 
+def test_request_log_counts_classified_requests_below_the_floor_and_their_confidences():
+    clock = FakeClock()
+    log = RequestLog(window_s=10, clock=clock)
+    for confidence in (0.05, 0.55, 0.79, 0.8, 0.95, 1.0):
+        log.record(e2e_s=0.1, outcome="ok", confidence=confidence, below_floor=confidence < 0.8)
+    log.record(e2e_s=0.1, outcome="rejected", confidence=0.31, below_floor=True)  # refused, but it was classified
+    log.record(e2e_s=0.1, outcome="ok", intent="tag")  # a business tag: no classification
+    log.record(e2e_s=0.1, outcome="ok", confidence=float("nan"), below_floor=True)  # no reading, not a bucket
+    stats = log.stats()
+    assert stats["intent_classified"] == 7
+    assert stats["intent_below_floor_share"] == pytest.approx(4 / 7)
+    assert stats["intent_confidence_hist"] == {
+        "0-10": 1, "10-20": 0, "20-30": 0, "30-40": 1, "40-50": 0,
+        "50-60": 1, "60-70": 0, "70-80": 1, "80-90": 1, "90-100": 2,
+    }  # fmt: skip
+    clock.now += 20
+    empty = log.stats()
+    assert empty["intent_classified"] == 0 and empty["intent_below_floor_share"] is None
+    assert set(empty["intent_confidence_hist"].values()) == {0} and len(empty["intent_confidence_hist"]) == 10
+
+
 def test_qps_right_after_start_divides_by_the_time_the_log_has_existed():
     clock = FakeClock()
     log = RequestLog(window_s=10, clock=clock)
@@ -384,7 +405,7 @@ def test_build_sample_has_every_key_even_with_nothing_known():
     )
     sample = telemetry.build_sample()
     assert sample["type"] == "sample" and sample["t"] == 1_700_000_000.5 and sample["window_s"] == 10
-    assert tuple(sample["m"]) == SAMPLE_KEYS and len(SAMPLE_KEYS) == 31
+    assert tuple(sample["m"]) == SAMPLE_KEYS and len(SAMPLE_KEYS) == 34
     m = sample["m"]
     assert m["qps"] == 0 and m["queue_depth_short"] == 0 and m["degraded"] == 0 and m["engine_restarts"] == 0
     assert m["gpu_util"] is None and m["sm_util"] is None and m["kv_cache_usage"] is None
@@ -460,6 +481,9 @@ def test_a_standalone_agent_samples_what_it_served(tmp_path_factory):
     assert sum(m["length_hist"].values()) == 17 - rejected and m["long_request_share"] == 0
     assert m["intents"].get("tag") == 1 and sum(m["intents"].values()) == 17
     assert m["tiers"]["strict"] >= 1 and m["tiers"]["creative"] >= 1
+    # Every request but the tagged one went through the classifier, refused ones too.
+    assert m["intent_classified"] == 16 == sum(m["intent_confidence_hist"].values())
+    assert 0 <= m["intent_below_floor_share"] <= 1
     assert set(m["batch_size_hist"]) == {"1"} and m["batch_size_mean"] == 1
     assert m["queue_depth_short"] == 0 and m["queue_depth_long"] == 0
     assert m["batch_efficiency"] is not None and 0 <= m["batch_idle_ratio"] <= 1
@@ -475,7 +499,9 @@ def test_a_standalone_agent_samples_what_it_served(tmp_path_factory):
         # (--gpu-memory-utilization) is what its memory holds with nothing leaking.
         assert 0 < m["gpu_util"] <= 1 and "gpu_util" not in m["absent"]
         assert m["gpu_memory_used"] == pytest.approx(0.9)
-    assert m["batch_timeout_rate"] == 0
+    # Requests of the burst that waited past twice the batch timeout are counted; how many depends on the machine's
+    # speed (test_fault_detectors.py scripts the case where it must be high).
+    assert 0 <= m["batch_timeout_rate"] <= 1
     assert m["degraded"] == 0 and m["engine_restarts"] == 0
 
     text = metrics_text.decode()

@@ -46,3 +46,25 @@ def test_a_minute_row_averages_figures_sums_buckets_and_keeps_the_restart_counte
     assert minute["engine_restarts"] == 3
     assert minute["length_hist"] == {"le256": 3, "gt2k": 1}
     assert minute["gpu_util"] is None
+
+
+def test_the_pool_share_below_the_floor_counts_every_classified_request_once():
+    busy = sample_m(intent_classified=90, intent_below_floor_share=0.1, intent_confidence_hist={"90-100": 90})
+    quiet = sample_m(intent_classified=10, intent_below_floor_share=0.9, intent_confidence_hist={"10-20": 10})
+    idle = sample_m(intent_classified=0, intent_below_floor_share=None, intent_confidence_hist={})
+    pool = aggregate([busy, quiet, idle])
+    assert pool["intent_classified"] == 100
+    assert pool["intent_below_floor_share"] == pytest.approx((9 + 9) / 100)  # not the nodes' mean, 0.5
+    assert pool["intent_confidence_hist"] == {"90-100": 90, "10-20": 10}
+    assert aggregate([idle])["intent_below_floor_share"] is None
+
+
+def test_a_minute_row_weights_the_share_below_the_floor_by_classified_requests():
+    seconds = [
+        sample_m(intent_classified=30, intent_below_floor_share=0.0),
+        sample_m(intent_classified=10, intent_below_floor_share=0.8),
+        sample_m(intent_classified=0, intent_below_floor_share=None),
+    ]
+    minute = roll_up(seconds)
+    assert minute["intent_below_floor_share"] == pytest.approx(8 / 40)
+    assert minute["intent_classified"] == pytest.approx(40 / 3)  # a mean, as every figure of a minute row

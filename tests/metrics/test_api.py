@@ -34,6 +34,18 @@ def test_the_last_five_minutes_come_from_second_rows(api_for, fleet_nodes):
     assert body["values"]["length_hist.gt2k"] == [0, 0, 0]
 
 
+def test_a_pools_share_below_the_floor_and_a_confidence_bucket_are_read_like_any_figure(api_for, fleet_nodes):
+    now = datetime.now(UTC).replace(microsecond=0)
+    second_rows(scope="pool", name="prod-main", pool="prod-main", start=now - timedelta(seconds=2),
+                values=[sample_m(intent_below_floor_share=share) for share in (0.25, 0.5)])  # fmt: skip
+    metric = "intent_classified,intent_below_floor_share,intent_confidence_hist.90-100"
+    response = history(api_for("agent"), "pool", "prod-main", metric=metric)
+    assert response.status_code == 200, response.json()
+    values = response.json()["values"]
+    assert values["intent_below_floor_share"] == [0.25, 0.5]
+    assert values["intent_classified"] == [12, 12] and values["intent_confidence_hist.90-100"] == [9, 9]
+
+
 def test_a_day_comes_from_minute_rows(api_for, fleet_nodes):
     now = time.time()
     for hours in (1, 20, 30):

@@ -31,6 +31,21 @@ def test_an_older_agent_without_reasons_is_stored_with_none():
     assert m["absent"] == {}
 
 
+def test_an_older_agent_without_intent_figures_counts_as_classifying_nothing():
+    message = sample(t=NOW)
+    for key in ("intent_classified", "intent_below_floor_share", "intent_confidence_hist"):
+        del message["m"][key]
+    _, m = sample_parse(message, now=NOW)
+    assert (m["intent_classified"], m["intent_below_floor_share"], m["intent_confidence_hist"]) == (0, None, {})
+
+
+def test_a_node_that_classified_nothing_sends_a_null_share():
+    _, m = sample_parse(
+        sample(t=NOW, intent_classified=0, intent_below_floor_share=None, intent_confidence_hist={"0-10": 0}), now=NOW
+    )
+    assert m["intent_below_floor_share"] is None
+
+
 def without(key: str) -> dict:
     message = sample(t=NOW)
     del message["m"][key]
@@ -62,6 +77,9 @@ def with_extra(key: str, value) -> dict:
         (sample(t=NOW, tiers={"strict": -1}), "tiers.strict: must not be negative"),
         (sample(t=NOW, batch_size_hist={"0": 1}), "batch_size_hist: unknown bucket '0'"),
         (sample(t=NOW, intents=[]), "intents: expected an object, got list"),
+        (without("intent_below_floor_share"), "m: missing intent_below_floor_share"),
+        (sample(t=NOW, intent_below_floor_share=1.5), "intent_below_floor_share: a share, at most 1"),
+        (sample(t=NOW, intent_classified=13), "intent_confidence_hist: its counts must add up to intent_classified"),
         (sample(t=NOW - 3600), "t: -3600 s from the control plane's clock"),
         ({**sample(t=NOW), "window_s": 0}, "window_s: must be positive"),
         (sample(t=NOW, absent=[]), "absent: expected an object, got list"),

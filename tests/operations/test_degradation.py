@@ -32,7 +32,7 @@ def node(world):
     return node
 
 
-def sample(second: float, *, kv=0.5, gpu=0.5, queue=0, name="gpu-1", pool="staging"):
+def sample(second: float, *, kv=0.5, gpu=0.5, sm=None, queue=0, name="gpu-1", pool="staging"):
     """One node sample at T0 + second, as the agent's 1 Hz telemetry writes it."""
     MetricSample.objects.create(
         scope=MetricSample.Scope.NODE,
@@ -40,7 +40,13 @@ def sample(second: float, *, kv=0.5, gpu=0.5, queue=0, name="gpu-1", pool="stagi
         pool=pool,
         t=at(second),
         resolution_s=MetricSample.Resolution.SECOND,
-        values={"kv_cache_usage": kv, "gpu_util": gpu, "queue_depth_short": queue, "queue_depth_long": 0},
+        values={
+            "kv_cache_usage": kv,
+            "gpu_util": gpu,
+            "sm_util": sm,
+            "queue_depth_short": queue,
+            "queue_depth_long": 0,
+        },
     )
 
 
@@ -140,6 +146,20 @@ def test_queue_saturation_is_depth_over_the_queue_limit(world, node):
     sample(0, kv=0.1, gpu=0.2, queue=230)  # 230 / 256 = 0.90
     degradation.degradation_evaluate(now=at(0))
     assert state(world["staging"]).load == pytest.approx(230 / 256)
+
+
+def test_a_gpu_busy_with_one_sequence_is_not_load_but_sm_activity_is(world, node):
+    """NVML's utilisation near 1.0 at a low KV cache and empty queues (one sequence decoding) enters no clock; DCGM's
+    SM activity above the line does."""
+    events = []
+    for second in range(40):
+        sample(second, kv=0.1, gpu=1.0)
+        events += degradation.degradation_evaluate(now=at(second))
+    assert events == [] and state(world["staging"]).load == pytest.approx(0.1)
+    sample(40, kv=0.1, gpu=1.0, sm=0.9)
+    degradation.degradation_evaluate(now=at(40))
+    assert state(world["staging"]).load == pytest.approx(0.9)
+    assert state(world["staging"]).load_above_since == at(40)
 
 
 def test_a_pool_without_deployed_nodes_has_no_load_and_never_degrades(world):

@@ -202,3 +202,15 @@ def test_a_node_without_a_config_applies_the_default_tiers(classifier):
     policy = Policy(None, None, classifier)
     assert policy.decide("我付了¥299.00怎么还显示未支付").tier == "strict"
     assert policy.decide("有什么适合送女朋友的生日礼物推荐吗").tier == "creative"
+
+
+def test_a_reply_may_be_streamed_past_the_threshold_only_when_its_max_tokens_is_above_it(classifier):
+    params = {**PARAMS, "max_tokens": {**PARAMS["max_tokens"], "streaming_threshold": 200}}
+    policy = Policy(params, BUNDLE, classifier)
+    assert policy.decide("退货怎么退").stream_after_tokens == 200  # the 256 cap
+    assert policy.decide("退货怎么退", client_max_tokens=201).stream_after_tokens == 200
+    assert policy.decide("退货怎么退", client_max_tokens=200).stream_after_tokens is None
+    assert policy.decide("第十二条怎么解释", business_tag="legal").stream_after_tokens == 200  # hard ceiling
+    degraded = Policy(params, {**BUNDLE, "degradation": {"active": True, "reason": "x", "since": 0}}, classifier)
+    assert degraded.decide("退货怎么退").stream_after_tokens is None  # 128 tokens under degradation
+    assert policy.decide("退货怎么退").as_dict()["stream_after_tokens"] == 200  # what explain shows
