@@ -60,7 +60,8 @@ test: install-dev system-packages vllm-env lint
 bench: install-dev
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/rollout_fanout.py
-	$(BIN)/python bench/metrics_freshness.py
+	$(BIN)/python bench/rollout_fanout.py --processes 2 --nodes 1,1000 --connect-per-s 100
+	$(BIN)/python bench/metrics_freshness.py --saturate-core
 	$(BIN)/python bench/alert_evaluation.py
 	$(BIN)/python bench/policy_hostile.py
 	$(BIN)/python bench/gateway.py

@@ -1,17 +1,20 @@
 """End-to-end freshness of live metrics: from a sample leaving an agent to its figures arriving in a browser.
 
-One daphne process serves the control plane (Postgres, Redis channel layer, production settings). In this
-benchmark's own process, N fake agents (WebSocket clients authenticated with real node tokens) send one contract-A
-sample a second each, spread evenly over the second, with `t` = the time of sending; B fake browsers (WebSocket
-clients signed in with a real session cookie and Origin, like a dashboard tab) watch the fleet group. For every
-`metrics.sample` event a browser receives, freshness = receive time - the event's `t` (the newest sample the
-event's figures include). Everything shares the machine's cores: daphne, Postgres, Redis, the fake agents and the
-fake browsers. The baseline is the same pipeline with 1 agent and 1 browser, measured in the same run.
+One daphne process serves the control plane (Postgres, Redis channel layer, production settings), or several
+(`--processes`: agents and browsers spread over them round-robin). In this benchmark's own process, N fake agents
+(WebSocket clients authenticated with real node tokens) send one contract-A sample a second each, spread evenly over
+the second, with `t` = the time of sending; B fake browsers (WebSocket clients signed in with a real session cookie
+and Origin, like a dashboard tab) watch the fleet group. For every `metrics.sample` event a browser receives,
+freshness = receive time - the event's `t` (the newest sample the event's figures include). Everything shares the
+machine's cores: daphne, Postgres, Redis, the fake agents and the fake browsers. The baseline is the same pipeline
+with 1 agent and 1 browser, measured in the same run. `--saturate-core` adds a row measured while another process
+spins on one core (another job on the machine). Browsers confirm each frame as the dashboard does
+(`controlplane/metrics/coalescing.py`); frames a browser was spared because it had fallen behind count as thinned.
 """
 
+import argparse
 import asyncio
 import bisect
-import contextlib
 import json
 import os
 import statistics
@@ -28,6 +31,8 @@ os.environ.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, DJANGO_SETTING
 # A benchmark database on Postgres: the settings refuse the embedded key there.
 os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-key-never-used-in-production")
 sys.path.insert(0, str(ROOT))
+
+from bench.control_planes import busy_core, daphnes, load_text  # noqa: E402 - after the path and environment are set
 
 WARMUP_S = 5
 MEASURE_S = int(os.environ.get("BENCH_MEASURE_S", "30"))
@@ -103,15 +108,21 @@ async def fake_agent(session, url: str, token: str, offset_s: float, stop: async
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-async def fake_browser(session, url: str, headers: dict, run: dict, stop: asyncio.Event, events: list) -> None:
-    """Keeps (event t, receive time) of every fleet event while the run records."""
+async def fake_browser(
+    session, url: str, headers: dict, run: dict, stop: asyncio.Event, events: list, thinned: list
+) -> None:
+    """Keeps (event t, receive time) of every fleet event while the run records, and the frames it was spared."""
     async with session.ws_connect(url, headers=headers) as ws:
         run["browsers"] += 1
         async for message in ws:
             received = time.time()
             event = json.loads(message.data)
-            if run["recording"] and event.get("type") == "metrics.sample":
-                events.append((event["t"], received))
+            if event.get("type") == "metrics.sample":
+                # Confirmed as the dashboard confirms it: the server sends only a few frames ahead of receipts.
+                await ws.send_str(json.dumps({"type": "metrics.received", "seq": event["seq"]}))
+                if run["recording"]:
+                    events.append((event["t"], received))
+                    thinned[0] = event["thinned"]  # the connection's running count
             if stop.is_set():
                 break
 
@@ -134,7 +145,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(agents: int, browsers: int, port: int) -> dict:
+async def measure(agents: int, browsers: int, ports: list[int], label: str) -> dict:
     import aiohttp
     from asgiref.sync import sync_to_async
 
@@ -146,10 +157,10 @@ async def measure(agents: int, browsers: int, port: int) -> dict:
     def setup():
         from django.test import Client
 
-        pools = [Pool.objects.get_or_create(name=f"bench-{agents}-{p}")[0] for p in range(max(1, agents // 50))]
+        pools = [Pool.objects.get_or_create(name=f"bench-{label}-{p}")[0] for p in range(max(1, agents // 50))]
         tokens = [token_generate() for _ in range(agents)]
         EngineNode.objects.bulk_create(
-            EngineNode(name=f"m{agents}-{i}", pool=pools[i % len(pools)], token_hash=token_hash(t), token_prefix=t[:12])
+            EngineNode(name=f"m{label}-{i}", pool=pools[i % len(pools)], token_hash=token_hash(t), token_prefix=t[:12])
             for i, t in enumerate(tokens)
         )
         viewer = User.objects.get_or_create(username="bench-viewer", defaults={"role": "oncall"})[0]
@@ -158,25 +169,29 @@ async def measure(agents: int, browsers: int, port: int) -> dict:
         return tokens, client.cookies["sessionid"].value
 
     def stored_rows(since, until):
-        return MetricSample.objects.filter(t__gte=since, t__lt=until, name__startswith=f"m{agents}-").count()
+        return MetricSample.objects.filter(t__gte=since, t__lt=until, name__startswith=f"m{label}-").count()
 
     tokens, session_id = await sync_to_async(setup)()
-    base = f"ws://127.0.0.1:{port}"
-    browser_headers = {"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={session_id}"}
+    bases = [f"ws://127.0.0.1:{port}" for port in ports]
     stop = asyncio.Event()
     run = {"connected": 0, "browsers": 0, "sent": [], "sampling": False, "recording": False}
     received: list[list] = [[] for _ in range(browsers)]
+    thinned: list[list] = [[0] for _ in range(browsers)]
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        fleet_url = f"{base}/ws/metrics/fleet/"
-        watchers = [
-            asyncio.create_task(fake_browser(session, fleet_url, browser_headers, run, stop, received[b]))
-            for b in range(browsers)
-        ]
+        watchers = []
+        for b in range(browsers):
+            port = ports[b % len(ports)]
+            headers = {"Origin": f"http://127.0.0.1:{port}", "Cookie": f"sessionid={session_id}"}
+            url = f"ws://127.0.0.1:{port}/ws/metrics/fleet/"
+            watchers.append(
+                asyncio.create_task(fake_browser(session, url, headers, run, stop, received[b], thinned[b]))
+            )
         senders = []
         for i, token in enumerate(tokens):
             offset = i / agents  # spread the agents' sends evenly over each second
-            senders.append(asyncio.create_task(fake_agent(session, f"{base}/ws/agent/", token, offset, stop, run)))
+            url = f"{bases[i % len(bases)]}/ws/agent/"
+            senders.append(asyncio.create_task(fake_agent(session, url, token, offset, stop, run)))
             await asyncio.sleep(0.005)
         while run["connected"] < agents or run["browsers"] < browsers:
             await asyncio.sleep(0.1)
@@ -202,59 +217,59 @@ async def measure(agents: int, browsers: int, port: int) -> dict:
         "sent": len(sent),
         "stored": stored,
         "events_per_browser_s": sum(len(events) for events in received) / browsers / (MEASURE_S + 1),
+        "thinned": sum(count for (count,) in thinned),
     }
 
 
 def main() -> None:
     import django
 
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=1, help="daphne processes agents and browsers are spread over")
+    parser.add_argument("--agents", type=int, default=200)
+    parser.add_argument("--browsers", type=int, default=20)
+    parser.add_argument("--saturate-core", action="store_true", help="add a row with another process spinning a core")
+    args = parser.parse_args()
+
     prepare_database()
     django.setup()
     port = int(os.environ.get("BENCH_PORT", "8766"))
     env = {**os.environ, "LOG_LEVEL": "WARNING", "NODE_LOST_AFTER_S": "30", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "controlplane.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        time.sleep(3)
-        if daphne.poll() is not None:
-            raise RuntimeError(f"daphne exited with {daphne.returncode}; is port {port} taken? (BENCH_PORT)")
-        results = {}
-        for agents, browsers in ((1, 1), (200, 20)):
-            results[(agents, browsers)] = asyncio.run(measure(agents, browsers, port))
-            print(f"  {agents} agents / {browsers} browsers measured", flush=True)
-    finally:
-        daphne.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            daphne.wait(timeout=15)
-        if daphne.poll() is None:
-            daphne.kill()
-    cores = os.cpu_count()
+    rows = [("baseline", 1, 1, False), ("quiet", args.agents, args.browsers, False)]
+    if args.saturate_core:
+        rows.append(("one core busy", args.agents, args.browsers, True))
+    results, loads = {}, {}
+    with daphnes(args.processes, port, env) as ports:
+        for i, (name, agents, browsers, saturate) in enumerate(rows):
+            with busy_core(saturate):
+                results[name] = asyncio.run(measure(agents, browsers, ports, label=f"{i}x{agents}"))
+                loads[name] = load_text()
+            print(f"  {name}: {agents} agents / {browsers} browsers measured ({loads[name]})", flush=True)
     print(
-        f"metrics freshness, agent send -> browser receive ({MEASURE_S} s per row; one daphne, Postgres, Redis layer; "
-        f"{cores} cores shared by daphne, Postgres, Redis, the fake agents and the fake browsers)"
+        f"metrics freshness, agent send -> browser receive ({MEASURE_S} s per row; {args.processes} daphne "
+        f"process(es), Postgres, Redis layer; {os.cpu_count()} cores shared by daphne, Postgres, Redis, the fake "
+        "agents and the fake browsers)"
     )
-    base = {kind: statistics.median(results[(1, 1)][kind]) for kind in ("per_event", "per_sample")}
+    base = {kind: statistics.median(results["baseline"][kind]) for kind in ("per_event", "per_sample")}
     print(
-        f"{'agents':>6} {'browsers':>8} {'measured':>10} {'p50':>7} {'p99':>7} {'max':>7} {'p50/base':>8} "
-        f"{'events/s/browser':>16} {'samples stored':>15}"
+        f"{'row':>14} {'agents':>6} {'browsers':>8} {'measured':>10} {'p50':>7} {'p99':>7} {'max':>7} "
+        f"{'p50/base':>8} {'p99/base p99':>12} {'events/s/browser':>16} {'thinned':>7} {'samples stored':>15}"
     )
-    for (agents, browsers), r in results.items():
+    base_p99 = {kind: percentile(results["baseline"][kind], 0.99) for kind in ("per_event", "per_sample")}
+    for name, agents, browsers, _ in rows:
+        r = results[name]
         for kind in ("per_event", "per_sample"):
             lags = r[kind]
             p50, p99 = percentile(lags, 0.5), percentile(lags, 0.99)
             print(
-                f"{agents:>6} {browsers:>8} {kind:>10} {p50 * 1000:>5.0f}ms {p99 * 1000:>5.0f}ms "
-                f"{max(lags) * 1000:>5.0f}ms {p50 / base[kind]:>7.1f}x {r['events_per_browser_s']:>16.1f} "
-                f"{r['stored']:>7}/{r['sent']:<7}"
+                f"{name:>14} {agents:>6} {browsers:>8} {kind:>10} {p50 * 1000:>5.0f}ms {p99 * 1000:>5.0f}ms "
+                f"{max(lags) * 1000:>5.0f}ms {p50 / base[kind]:>7.1f}x {p99 / base_p99[kind]:>11.1f}x "
+                f"{r['events_per_browser_s']:>16.1f} {r['thinned']:>7} {r['stored']:>7}/{r['sent']:<7}"
             )
     print("target: p99 under 1 s with 200 nodes at 1 Hz and 20 browsers. per_event: receive time - the event's `t`,")
     print("the newest sample in that flush's fleet figures. per_sample: for every sample, until a browser got the")
-    print("first fleet event at least that recent (includes waiting for the next 250 ms flush).")
+    print("first fleet event at least that recent (includes waiting for the next 250 ms flush). thinned: fleet frames")
+    print("the browsers were spared because they had not confirmed the ones before (all browsers, since connecting).")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from controlplane.accounts.roles import Action
 from controlplane.alerts import coverage, detectors, intent_drift, signals
 from controlplane.alerts.derived import canary_rolled_back_pools, node_is_lost, warmup_failed
 from controlplane.alerts.models import Alert, EvaluatorLease, NodeRestartTrack
-from controlplane.lib.loop_health import LoopState, loops_health
+from controlplane.lib.loop_health import LoopState, loops_health, process_name
+from controlplane.metrics import coalescing
 from controlplane.metrics import selectors as metrics
 from controlplane.metrics.samples import CONFIDENCE_BUCKETS
 from controlplane.nodes.models import EngineNode, Pool
@@ -58,6 +59,7 @@ class ControlPlaneCollector:
         yield from self.alert_families()
         yield self.no_source_family(pool_of, now)
         yield from self.loop_families(now)
+        yield from self.live_families()
 
     def sample_families(self, latest, pool_of):
         for signal in signals.SAMPLE_METRICS:
@@ -258,6 +260,23 @@ class ControlPlaneCollector:
             if record.last_success_at is not None:
                 success.add_metric(values, record.last_success_at.timestamp())
         yield from (up, failures, success)
+
+    def live_families(self):
+        """Live-chart back-pressure of the process that answers the scrape (`controlplane/metrics/coalescing.py`)."""
+        labels = ["process"]
+        sent = CounterMetricFamily(
+            "controlplane_live_samples_sent", "Live chart samples sent to browsers by this process", labels=labels
+        )
+        thinned = CounterMetricFamily(
+            "controlplane_live_samples_thinned",
+            "Live chart samples replaced by a newer one of the same node, pool or fleet before a slow browser could "
+            "take them (this process)",
+            labels=labels,
+        )
+        process = process_name()
+        sent.add_metric([process], float(coalescing.counters["live_samples_sent"]))
+        thinned.add_metric([process], float(coalescing.counters["live_samples_thinned"]))
+        yield from (sent, thinned)
 
 
 def _desired_hashes(version_ids) -> dict[int, str]:

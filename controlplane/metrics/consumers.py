@@ -1,15 +1,23 @@
 """Live figures for the dashboard's charts: the fleet, one pool, or one node."""
 
+import json
+
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
+from controlplane.metrics.coalescing import LiveSampleCoalescer, receipt_seq
 
 FORBIDDEN = 4403
+# A receipt is a few dozen bytes; anything longer is not one and is not parsed.
+MAX_RECEIPT_CHARS = 200
 
 
 class MetricsConsumer(AsyncJsonWebsocketConsumer):
-    """Joins the fleet's metrics group, or the pool's or node's the URL names; any signed-in role may watch."""
+    """Joins the fleet's metrics group, or the pool's or node's the URL names; any signed-in role may watch.
+
+    Samples go through the connection's coalescer (`controlplane/metrics/coalescing.py`): sent while the browser
+    confirms what it reads, otherwise thinned to the newest per node, pool and the fleet."""
 
     async def connect(self):
         user = self.scope.get("user")
@@ -23,6 +31,7 @@ class MetricsConsumer(AsyncJsonWebsocketConsumer):
             self.group = realtime.metrics_pool_group(kwargs["pool"])
         else:
             self.group = realtime.metrics_fleet_group()
+        self.coalescer = LiveSampleCoalescer()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
@@ -30,5 +39,21 @@ class MetricsConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive(self, text_data=None, bytes_data=None):
+        if text_data is None or len(text_data) > MAX_RECEIPT_CHARS:
+            return
+        try:
+            seq = receipt_seq(json.loads(text_data))
+        except ValueError:
+            return
+        if seq is not None:
+            self.coalescer.confirm(seq)
+            await self._send_ready()
+
     async def metrics_sample(self, event):
-        await self.send_json(event)
+        self.coalescer.offer(event)
+        await self._send_ready()
+
+    async def _send_ready(self):
+        for frame in self.coalescer.frames_ready():
+            await self.send_json(frame)

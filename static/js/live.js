@@ -18,7 +18,7 @@ window.connectLive = function (path, onEvent, stateId) {
       delay = 1000;
       show("live", "on");
     };
-    socket.onmessage = (message) => onEvent(JSON.parse(message.data));
+    socket.onmessage = (message) => onEvent(JSON.parse(message.data), socket);
     socket.onclose = () => {
       show("reconnecting", "off");
       setTimeout(connect, delay);

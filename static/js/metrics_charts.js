@@ -179,6 +179,7 @@
     const root = document.getElementById("metrics");
     if (!root || !window.Plotly) return;
     const state = document.getElementById("stream-state");
+    const thinnedNote = document.getElementById("stream-thinned");
     const note = document.getElementById("range-note");
     const config = { displayModeBar: false, responsive: true };
     let rangeS = 300;
@@ -256,6 +257,13 @@
       root.dataset.lastT = latest.t;
     }
 
+    function showThinned(count) {
+      if (!thinnedNote || !count || String(count) === thinnedNote.dataset.thinned) return;
+      thinnedNote.dataset.thinned = count;
+      thinnedNote.hidden = false;
+      thinnedNote.textContent = `thinned ${count} sample${count === 1 ? "" : "s"} to keep up`;
+    }
+
     function showState() {
       const silentMs = Date.now() - lastHeardAt;
       const stalled = silentMs > STALLED_AFTER_MS;
@@ -278,10 +286,14 @@
 
     window.connectLive(
       root.dataset.wsPath,
-      (event) => {
+      (event, socket) => {
         if (event.type !== "metrics.sample") return;
         lastHeardAt = Date.now();
         latest = event;
+        // The server sends a few frames ahead of these receipts; past that it keeps only the newest sample per
+        // node, pool and the fleet (a slow tab thins out instead of falling behind) and counts the rest.
+        socket.send(JSON.stringify({ type: "metrics.received", seq: event.seq }));
+        showThinned(event.thinned);
       },
       "metrics-socket",
     );

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import urllib.request
+from collections import Counter
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.export import alert_name
 from controlplane.alerts.models import AlertRule
 from controlplane.lib import loop_health
+from controlplane.metrics import coalescing
 from tests.engine_node.test_gateway_policy import start_node
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -55,6 +57,11 @@ def test_control_plane_metrics_pass_promtool(busy_fleet, settings, clock, monkey
     monkeypatch.setattr(loop_health, "_logs", {})
     loop_health.loop_register("scrape-test-loop", description="a background loop", period_s=1.0)
     loop_health.loop_failed("scrape-test-loop", OperationalError("database is locked"), context="a test")
+    monkeypatch.setattr(coalescing, "counters", Counter())
+    slow_tab = coalescing.LiveSampleCoalescer(window=1)
+    for qps in (1.0, 2.0, 3.0, 4.0):  # one goes out; of the three that wait for a receipt, two are replaced
+        slow_tab.offer({"type": "metrics.sample", "scope": "fleet", "name": "fleet", "t": qps, "values": {}})
+        slow_tab.frames_ready()
     response = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-key-123")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=")
@@ -72,6 +79,8 @@ def test_control_plane_metrics_pass_promtool(busy_fleet, settings, clock, monkey
     process = loop_health.process_name()
     assert f'controlplane_loop_up{{loop="scrape-test-loop",process="{process}"}} 0.0' in body
     assert f'controlplane_loop_consecutive_failures{{loop="scrape-test-loop",process="{process}"}} 1.0' in body
+    assert f'controlplane_live_samples_sent_total{{process="{process}"}} 1.0' in body
+    assert f'controlplane_live_samples_thinned_total{{process="{process}"}} 2.0' in body
 
 
 @pytest.mark.django_db

@@ -127,3 +127,30 @@ def test_overview_charts_extend_every_second_and_show_a_stalled_stream(seeded, s
         shot(page, "64-metrics-node-simulated")
     finally:
         agents.stop()
+
+
+def test_a_tab_too_busy_to_read_thins_out_to_the_newest_sample(seeded, server_url, new_page, shot):
+    """The tab's main thread is blocked (a slow machine, a heavy page): the server sends a few frames ahead, keeps
+    only the newest sample meanwhile, and the page says how many it skipped instead of drawing minutes-old points."""
+    tokens = register_nodes()
+    agents = FakeAgents(server_url.replace("http://", "ws://") + "/ws/agent/", tokens)
+    agents.start()
+    try:
+        page = new_page()
+        login(page, server_url, "oncall")
+        page.locator("#stream-state.flowing").wait_for(timeout=15_000)
+        wait_until(lambda: appended(page) >= 2, 10, "the first live points")
+        assert page.locator("#stream-thinned").is_hidden()
+
+        page.evaluate("(() => { const end = Date.now() + 15000; while (Date.now() < end) {} })()")
+        page.locator("#stream-thinned:not([hidden])").wait_for(timeout=10_000)
+        thinned = int(page.get_attribute("#stream-thinned", "data-thinned"))
+        assert thinned >= 1
+        assert f"thinned {thinned} sample" in page.inner_text("#stream-thinned")
+        # The newest sample is drawn within a couple of seconds of the tab catching up, not 15 s behind.
+        wait_until(
+            lambda: time.time() - float(page.get_attribute("#metrics", "data-last-t") or 0) < 4, 10, "a fresh point"
+        )
+        shot(page, "65-metrics-thinned")
+    finally:
+        agents.stop()

@@ -3,7 +3,9 @@
 The pool rolls out in two stages, one node and then the whole pool, each held for a short analysis window; the
 analysis runs in this process (a thread calling the periodic task's function, as the beat schedule would every 2 s).
 A version that is genuinely slower is rolled back automatically after its first stage, with the evidence and without
-a failed request; a harmless version is promoted through both stages to every node.
+a failed request; a harmless version is promoted through both stages to every node. The rollback also runs with the
+agents split over two daphne processes (the canary on one, part of its baseline on the other): the analysis reads
+what both processes stored, and the rollback's push reaches the canary through the shared channel layer.
 """
 
 import time
@@ -75,12 +77,20 @@ def Analyser() -> Periodic:
 
 
 @pytest.fixture
-def fleet(tmp_path, sre):
-    """daphne + pool `staging` (stages: 1 node, then 100 %; 5 s windows) on three agents, all on chat v1."""
+def fleet(request, tmp_path, sre):
+    """daphne + pool `staging` (stages: 1 node, then 100 %; 5 s windows) on three agents, all on chat v1.
+
+    Parametrized with 2 (`indirect`): two daphne processes, gpu-1 and gpu-3 connected to the first, gpu-2 to the
+    second, so the canary and part of its baseline report to different processes."""
+    processes = getattr(request, "param", 1)
     profile = tmp_path / "slow-fp8.yaml"
     profile.write_text(SLOW_FP8_PROFILE)
-    server = Daphne(tmp_path)
-    server.start()
+    servers = []
+    for i in range(processes):
+        (tmp_path / f"cp-{i}").mkdir()
+        servers.append(Daphne(tmp_path / f"cp-{i}"))
+    for server in servers:
+        server.start()
     pool = pool_create(actor=sre, name="staging", is_production=False)
     pool = pool_canary_update(
         actor=sre, pool=pool, canary_stages=STAGES, analysis_window_s=WINDOW_S, reason="one canary node first"
@@ -92,11 +102,8 @@ def fleet(tmp_path, sre):
     agents = []
     for i in range(1, 4):
         node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
-        agents.append(
-            AgentProcess(
-                name=node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
-            )
-        )
+        url = servers[(i - 1) % processes].ws_agent_url
+        agents.append(AgentProcess(name=node.name, token=token, control_plane_url=url, work=tmp_path, profile=profile))
     try:
         for agent in agents:
             agent.start()
@@ -105,9 +112,11 @@ def fleet(tmp_path, sre):
     finally:
         for agent in agents:
             agent.stop()
-        server.stop()
+        for server in servers:
+            server.stop()
 
 
+@pytest.mark.parametrize("fleet", [1, 2], indirect=True, ids=["one-process", "agents-split-over-two-processes"])
 def test_slower_version_is_rolled_back_automatically_with_no_failed_request(fleet, sre):
     pool, template, v1, agents = fleet["pool"], fleet["template"], fleet["v1"], fleet["agents"]
     v2 = template_version_create(

@@ -27,6 +27,7 @@ async def fleet_events(ws_url: str, session_id: str, until) -> list[dict]:
         while not until(events) and time.monotonic() < deadline:
             message = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
             events.append(json.loads(message.data))
+            await ws.send_json({"type": "metrics.received", "seq": events[-1]["seq"]})
     return events
 
 
