@@ -186,3 +186,14 @@ def test_an_ordered_choice_lets_tpe_find_the_corner_of_a_smooth_grid_sooner_than
     finally:
         optimiser.is_ordered = original
     assert ordered > categorical and ordered >= 10
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_an_ordered_choice_of_one_value_asks_that_value(sampler):
+    """A one-point study (how the bench confirms a point) is an index range of 0..0."""
+    dims = search.space_check([{"path": "engine.max_num_seqs", "type": "choice", "choices": [16]}], sampler=sampler)
+    study = Optimiser(objective="min_p99", sampler=sampler, dims=dims, seed=0)
+    trial, params = study.ask()
+    assert params == {"engine.max_num_seqs": 16}
+    study.tell(trial, value=1.0, is_feasible=True)
+    assert study.is_exhausted() == (sampler == "grid")
