@@ -244,6 +244,13 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 30.0,
         "options": {"expires": 60},
     },
+    # Every 30 s: a running tuning study writes progress every 10 s; one silent for TUNING_STALL_S (its worker
+    # stopped, or the embedded process restarted) would stay "running" for ever and keep its pool from another study.
+    "tuning-studies-reap": {
+        "task": "controlplane.tuning.tasks.tuning_studies_reap_task",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
     # Every 15 s: an impact record's after-window is minutes long; measuring up to 15 s after it closed changes
     # nothing, and a pass reads only the records whose window has passed.
     "impact-measure": {
@@ -468,6 +475,9 @@ ROLLOUT_APPLY_TIMEOUT_S = env_int("ROLLOUT_APPLY_TIMEOUT_S", 1800)
 TUNING_MAX_TRIALS = env_int("TUNING_MAX_TRIALS", 200)
 TUNING_APPLY_TIMEOUT_S = env_int("TUNING_APPLY_TIMEOUT_S", 600)
 TUNING_TASK_QUEUE = env_str("TUNING_TASK_QUEUE")
+# A running study silent this long (no progress written; it writes every 10 s, also while it waits for ACKs and
+# replays) lost its worker: it is failed, its trial too, and its pool goes back to the version it ran before.
+TUNING_STALL_S = env_int("TUNING_STALL_S", 300)
 
 # Alerting: where incident notifications go (Alertmanager's webhook format; empty: none), the key Prometheus
 # scrapes /metrics with, and the address links in notifications and exported rules point at.

@@ -50,6 +50,9 @@ class TuningStudy(CancellableRun, models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # The running study's last sign of life (written at least every few seconds while it runs): one silent for
+    # TUNING_STALL_S lost its worker and is failed by the reaper (runner.tuning_studies_reap).
+    progress_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -18,16 +18,57 @@ SLO = "slo"
 optuna.logging.set_verbosity(logging.WARNING)
 
 
+def is_ordered(dim: Dimension) -> bool:
+    """A choice among numbers (`engine.max_num_seqs` in 2, 4, 8, 16): its values have an order; words and flags not."""
+    return dim.type == "choice" and all(isinstance(v, int | float) and not isinstance(v, bool) for v in dim.choices)
+
+
+def ordered_values(dim: Dimension) -> list:
+    """An ordered choice's values, ascending: the sampler sees the position of a value in this list."""
+    return sorted(dim.choices)
+
+
 def distributions(dims: Sequence[Dimension]) -> dict:
+    """What the sampler searches, per field. An ordered choice is searched as the index of its value among the
+    allowed values, ascending (an IntDistribution 0..n-1): the same candidates as the grid, but TPE models neighbouring
+    values as alike (its kernel over an int is a discretised normal) instead of as unrelated categories. Over powers
+    of two the index is the log scale. A categorical distribution stays only for words and flags."""
     out = {}
     for dim in dims:
-        if dim.type == "choice":
+        if is_ordered(dim):
+            out[dim.path] = IntDistribution(0, len(dim.choices) - 1)
+        elif dim.type == "choice":
             out[dim.path] = CategoricalDistribution(list(dim.choices))
         elif dim.type == "int":
             out[dim.path] = IntDistribution(int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
         else:
             out[dim.path] = FloatDistribution(dim.low, dim.high, step=dim.step, log=dim.log)
     return out
+
+
+def grid_space(dims: Sequence[Dimension]) -> dict:
+    """The grid sampler's points, in the sampler's terms (an ordered choice by index): the grid and TPE search one
+    space."""
+    return {d.path: list(range(len(d.choices))) if is_ordered(d) else d.grid_values() for d in dims}
+
+
+def to_sampler(dims: Sequence[Dimension], values: Mapping[str, object]) -> dict:
+    """A candidate's field values as the sampler sees them; a value outside an ordered choice raises ValueError."""
+    out = {}
+    for dim in dims:
+        value = values[dim.path]
+        if is_ordered(dim):
+            allowed = ordered_values(dim)
+            if isinstance(value, bool) or value not in allowed:
+                raise ValueError(f"{dim.path} = {value!r} is not one of {allowed}")
+            value = allowed.index(value)
+        out[dim.path] = value
+    return out
+
+
+def from_sampler(dims: Sequence[Dimension], params: Mapping[str, object]) -> dict:
+    """The sampler's parameters as field values (what a trial records, publishes and shows)."""
+    return {d.path: ordered_values(d)[params[d.path]] if is_ordered(d) else params[d.path] for d in dims}
 
 
 def _slo(is_feasible: bool) -> float:
@@ -45,7 +86,7 @@ class StudyGridSampler(optuna.samplers.GridSampler):
 def sampler_for(name: str, dims: Sequence[Dimension], seed: int) -> optuna.samplers.BaseSampler:
     """`tpe` (constraint-aware), `random`, or `grid` over every dimension's grid values, in a seeded order."""
     if name == "grid":
-        return StudyGridSampler({d.path: d.grid_values() for d in dims}, seed=seed)
+        return StudyGridSampler(grid_space(dims), seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     # A few random trials first, then TPE (constraint-aware: it reads each trial's SLO constraint); small budgets are
@@ -66,7 +107,7 @@ class Optimiser:
     def replay_history(self, trials: Sequence[Mapping]) -> None:
         """Feed finished trials back ({params, value, is_feasible, state}); a failed one counts as failed."""
         for trial in trials:
-            params = {path: trial["params"][path] for path in self.distributions}
+            params = to_sampler(self.dims, trial["params"])
             if trial["state"] == "complete" and trial["value"] is not None:
                 frozen = create_trial(
                     params=params,
@@ -84,8 +125,9 @@ class Optimiser:
         return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(self.study)
 
     def ask(self) -> tuple[optuna.trial.Trial, dict]:
+        """The next candidate: Optuna's trial (to tell) and the field values to try."""
         trial = self.study.ask(self.distributions)
-        return trial, dict(trial.params)
+        return trial, from_sampler(self.dims, trial.params)
 
     def tell(self, trial: optuna.trial.Trial, *, value: float | None, is_feasible: bool) -> None:
         if value is None:

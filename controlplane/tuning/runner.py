@@ -2,13 +2,17 @@
 (audited with the study as the reason), wait for the nodes' ACKs (and warm-up after a cold change), replay, score.
 
 Runs inside one Celery task (tasks.py). The pool goes back to the version it ran before the study when the study ends.
+A running study writes `progress_at` at least every PROGRESS_EVERY_S; one silent for TUNING_STALL_S (its worker was
+killed, or the embedded process restarted) is failed by `tuning_studies_reap` (a beat entry), which restores the pool.
 """
 
 import logging
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.lib.errors import DomainError
@@ -31,6 +35,10 @@ from controlplane.tuning.realtime import study_progress
 logger = logging.getLogger(__name__)
 POLL_S = 0.25
 CANCEL_WAIT_S = 15
+# How often a running study writes `progress_at` (its sign of life for the reaper): far below TUNING_STALL_S.
+PROGRESS_EVERY_S = 10.0
+STALLED_TRIAL = "the study's worker stopped during this trial"
+_last_beat: dict[int, float] = {}  # study id -> when this process last wrote its progress_at (monotonic)
 
 
 class TrialFailed(Exception):
@@ -38,7 +46,7 @@ class TrialFailed(Exception):
 
 
 class StudyCancelled(Exception):
-    """Someone cancelled the study while a trial ran."""
+    """Someone cancelled the study while a trial ran, or the reaper failed it meanwhile."""
 
 
 def dimensions(study: TuningStudy) -> list[search.Dimension]:
@@ -57,8 +65,19 @@ def dimensions(study: TuningStudy) -> list[search.Dimension]:
     ]
 
 
+def _beat(study_id: int) -> None:
+    """Write the study's sign of life, at most every PROGRESS_EVERY_S."""
+    now = time.monotonic()
+    if now - _last_beat.get(study_id, -PROGRESS_EVERY_S) >= PROGRESS_EVERY_S:
+        _last_beat[study_id] = now
+        TuningStudy.objects.filter(pk=study_id, status=TuningStudy.Status.RUNNING).update(progress_at=timezone.now())
+
+
 def _cancelled(study_id: int) -> bool:
-    return TuningStudy.objects.filter(pk=study_id, status=TuningStudy.Status.CANCELLING).exists()
+    """Whether the study must stop: cancelled, or no longer running at all (the reaper failed it as stalled). Every
+    wait of the run asks this a few times a second, so it also writes the study's sign of life."""
+    _beat(study_id)
+    return not TuningStudy.objects.filter(pk=study_id, status=TuningStudy.Status.RUNNING).exists()
 
 
 def _history(study: TuningStudy) -> list[dict]:
@@ -67,11 +86,13 @@ def _history(study: TuningStudy) -> list[dict]:
 
 def study_run(study_id: int) -> None:
     """Run a queued study to its end (budget spent, grid exhausted, cancelled or failed); a claimed one is a no-op."""
+    now = timezone.now()
     claimed = TuningStudy.objects.filter(pk=study_id, status=TuningStudy.Status.QUEUED).update(
-        status=TuningStudy.Status.RUNNING, started_at=timezone.now()
+        status=TuningStudy.Status.RUNNING, started_at=now, progress_at=now
     )
     if not claimed:
         return
+    _last_beat[study_id] = time.monotonic()
     study = TuningStudy.objects.select_related("pool", "base_version__template", "log", "created_by").get(pk=study_id)
     study_progress(study_id)
     status, error = TuningStudy.Status.SUCCEEDED, ""
@@ -101,12 +122,56 @@ def study_run(study_id: int) -> None:
         logger.exception("tuning study %s failed", study_id)
         status, error = TuningStudy.Status.FAILED, str(exc)[:2000] or type(exc).__name__
     finally:
+        _last_beat.pop(study_id, None)
         _restore_pool(study)
         _record_progress(study)
-        if _cancelled(study_id):
+        _finish(study_id, status, error)
+
+
+def _finish(study_id: int, status: str, error: str) -> None:
+    """Store the study's end, only while it is running or cancelling: one the reaper failed stays failed."""
+    active = (TuningStudy.Status.RUNNING, TuningStudy.Status.CANCELLING)
+    with transaction.atomic():
+        current = TuningStudy.objects.select_for_update().filter(pk=study_id).values_list("status", flat=True).first()
+        if current not in active:
+            logger.warning("study %s ended after it was failed as stalled; its end (%s) is kept out", study_id, status)
+            return
+        if current == TuningStudy.Status.CANCELLING:
             status = TuningStudy.Status.CANCELLED
         TuningStudy.objects.filter(pk=study_id).update(status=status, error=error, finished_at=timezone.now())
-        study_progress(study_id)
+    study_progress(study_id)
+
+
+def tuning_studies_reap(*, now=None) -> list[int]:
+    """Fail running studies (a cancelling one ends cancelled) that wrote no sign of life for TUNING_STALL_S: their
+    worker stopped, so they would show "running" for ever and hold their pool (one active study per pool). The trial
+    under way is failed too, and the pool goes back to the version it ran before the study. Returns their ids."""
+    now = now or timezone.now()
+    stall = settings.TUNING_STALL_S
+    cutoff = now - timedelta(seconds=stall)
+    active = (TuningStudy.Status.RUNNING, TuningStudy.Status.CANCELLING)
+    # A study claimed before progress_at existed counts from its start.
+    silent = Q(progress_at__lt=cutoff) | Q(progress_at__isnull=True, started_at__lt=cutoff)
+    stale = list(TuningStudy.objects.filter(silent, status__in=active).values_list("pk", "status"))
+    reaped = []
+    for study_id, status in stale:
+        error = f"no progress for {stall} s: the worker running it stopped (restarted or killed); start a new study"
+        end = TuningStudy.Status.CANCELLED if status == TuningStudy.Status.CANCELLING else TuningStudy.Status.FAILED
+        with transaction.atomic():
+            ended = TuningStudy.objects.filter(silent, pk=study_id, status=status).update(
+                status=end, error=error if end == TuningStudy.Status.FAILED else "", finished_at=now
+            )
+            if ended:
+                TuningTrial.objects.filter(study_id=study_id, state=TuningTrial.State.RUNNING).update(
+                    state=TuningTrial.State.FAILED, error=STALLED_TRIAL, finished_at=now
+                )
+        if not ended:
+            continue
+        reaped.append(study_id)
+        study = TuningStudy.objects.select_related("pool", "pool_version_before", "created_by").get(pk=study_id)
+        _restore_pool(study)
+        _record_progress(study)
+    return reaped
 
 
 def _record_progress(study: TuningStudy) -> None:
@@ -118,8 +183,11 @@ def _record_progress(study: TuningStudy) -> None:
 
 
 def _end_trial(trial: TuningTrial, *, state: str, error: str = "") -> None:
+    """End a running trial (one the reaper failed keeps the reaper's reason)."""
     trial.state, trial.error, trial.finished_at = state, error[:2000], timezone.now()
-    trial.save(update_fields=["state", "error", "finished_at"])
+    TuningTrial.objects.filter(pk=trial.pk, state=TuningTrial.State.RUNNING).update(
+        state=trial.state, error=trial.error, finished_at=trial.finished_at
+    )
 
 
 def trial_run(study: TuningStudy, trial: TuningTrial) -> None:
@@ -230,7 +298,7 @@ def _replay(study: TuningStudy, trial: TuningTrial, qps: float, repeat: int = 0)
         if _cancelled(study.pk):
             cancelled_by = TuningStudy.objects.get(pk=study.pk).cancelled_by or study.created_by
             if run.status in (ReplayRun.Status.QUEUED, ReplayRun.Status.RUNNING):
-                replay_run_cancel(actor=cancelled_by, run=run, reason=f"{study} was cancelled")
+                replay_run_cancel(actor=cancelled_by, run=run, reason=f"{study} was cancelled or stopped")
             # Its shares stop within a second; the pool goes back to its version only once nothing is sent.
             deadline = time.monotonic() + CANCEL_WAIT_S
             while (
@@ -279,16 +347,20 @@ def _measure(study: TuningStudy, trial: TuningTrial) -> None:
         feasible = not broken and value is not None
     last_run = runs[kept["run"]]
     last_values = {key: kept[key] for key in kept if key not in ("qps", "run", "violations", "repeats")}
-    with transaction.atomic():
-        trial.value = value
-        trial.measured = last_values
-        trial.is_feasible = feasible
-        trial.violations = broken
-        trial.replay_run = last_run
-        trial.state = TuningTrial.State.COMPLETE if value is not None else TuningTrial.State.FAILED
-        trial.error = "" if value is not None else "the replay measured nothing"
-        trial.finished_at = timezone.now()
-        trial.save()
+    fields = {
+        "value": value,
+        "measured": last_values,
+        "is_feasible": feasible,
+        "violations": broken,
+        "replay_run": last_run,
+        "state": TuningTrial.State.COMPLETE if value is not None else TuningTrial.State.FAILED,
+        "error": "" if value is not None else "the replay measured nothing",
+        "finished_at": timezone.now(),
+    }
+    for name, field in fields.items():
+        setattr(trial, name, field)
+    # Only while it runs: a trial the reaper failed (its study stalled) stays failed.
+    TuningTrial.objects.filter(pk=trial.pk, state=TuningTrial.State.RUNNING).update(**fields)
 
 
 def _restore_pool(study: TuningStudy) -> None:

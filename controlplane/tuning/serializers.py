@@ -116,6 +116,7 @@ class StudySerializer(serializers.ModelSerializer):
             "cancelled_by",
             "created_at",
             "started_at",
+            "progress_at",
             "finished_at",
         ]
 

@@ -99,17 +99,22 @@ def _choice_values(where: str, spec: Field, choices) -> tuple:
         raise InvalidField(f"{where}.choices", "must be a non-empty list")
     if len(choices) > MAX_CHOICES:
         raise InvalidField(f"{where}.choices", f"at most {MAX_CHOICES} choices")
+    values = []
     for i, value in enumerate(choices):
         at = f"{where}.choices[{i}]"
         if spec.kind == "bool" and not isinstance(value, bool):
             raise InvalidField(at, f"{spec.path} is true or false, got {value!r}")
         if spec.kind == "enum" and value not in spec.choices and not (spec.nullable and value is None):
             raise InvalidField(at, f"{spec.path} must be one of {', '.join(spec.choices)}; got {value!r}")
+        if spec.kind == "int":  # 16.0 is stored as 16: the field holds whole numbers
+            value = _number(at, value, integer=True)
         if spec.kind in ("int", "float"):
             _in_field_range(at, spec, _number(at, value, integer=spec.kind == "int"))
-    if len({repr(v) for v in choices}) != len(choices):
+        values.append(value)
+    # Numbers compare by value (16 and 16.0 are one candidate: the sampler orders them by value), the rest by repr.
+    if len({v if spec.kind in ("int", "float") else repr(v) for v in values}) != len(values):
         raise InvalidField(f"{where}.choices", "a value is listed twice")
-    return tuple(choices)
+    return tuple(values)
 
 
 def dimension_check(index: int, raw) -> Dimension:

@@ -4,7 +4,7 @@ from celery import shared_task
 from django.conf import settings
 
 from controlplane.lib.background import enqueue
-from controlplane.tuning.runner import study_run
+from controlplane.tuning.runner import study_run, tuning_studies_reap
 
 
 # Not retried: a study publishes and replays; the claim (queued -> running) makes a second delivery a no-op.
@@ -12,6 +12,12 @@ from controlplane.tuning.runner import study_run
 def study_run_task(study_id: int) -> None:
     """Run one queued study to its end; a vanished, claimed or cancelled study is a no-op."""
     study_run(study_id)
+
+
+@shared_task(ignore_result=True)
+def tuning_studies_reap_task() -> None:
+    """Fail running studies whose worker stopped writing progress (settings.CELERY_BEAT_SCHEDULE)."""
+    tuning_studies_reap()
 
 
 def study_run_enqueue(study_id: int) -> None:

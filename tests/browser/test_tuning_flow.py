@@ -56,6 +56,10 @@ def test_sre_starts_a_study_follows_it_live_and_finds_the_best_draft(staging_ser
     page.reload()
     page.wait_for_function("document.getElementById('study-chart').dataset.drawn === '2'")
     assert page.locator("[data-testid=trials] tbody tr").count() == 2
+    # A choice among numbers is searched by its index; the trials show the field's values, not 0 and 1.
+    rows = page.locator("[data-testid=trials] tbody tr").all_inner_texts()
+    assert sorted(next(v for v in (200, 512) if f"max_tokens.default={v}" in row) for row in rows) == [200, 512], rows
+    assert sorted(t.params["max_tokens.default"] for t in study.trials.all()) == [200, 512]
     assert page.locator("[data-testid=simulated]").is_visible()
     best = page.locator("[data-testid=best-version] a")
     assert best.inner_text() == str(study.best_trial.version)

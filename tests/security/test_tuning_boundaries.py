@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from controlplane.audit.models import AuditEntry
+from controlplane.lib.errors import InvalidField
 from controlplane.nodes.models import Pool
 from controlplane.tuning.models import TuningStudy
 from controlplane.tuning.runner import study_run
@@ -76,6 +77,16 @@ def test_a_pool_turned_production_during_a_study_gets_no_candidate(tuning_world,
         ([{"path": "engine.max_num_seqs", "type": "int", "low": 1, "high": 4096, "step": 1}] * 7, "space"),
         ([{"path": "engine.quantization", "type": "choice", "choices": ["fp8"] * 40}], "space[0].choices"),
         ({"path": "engine.max_num_seqs"}, "space"),
+        # A choice among numbers is searched by its index among the sorted values: every value must be one the field
+        # takes, and one value listed twice in two spellings (16 and 16.0) would be two indices for one candidate.
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": [16, 16.0]}], "space[0].choices"),
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4.5]}], "space[0].choices[1]"),
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, True]}], "space[0].choices[1]"),
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, "8"]}], "space[0].choices[1]"),
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 0]}], "space[0].choices[1]"),
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 10**30]}], "space[0].choices[1]"),
+        ([{"path": "engine.gpu_memory_utilization", "type": "choice", "choices": [0.9, 0.90]}], "space[0].choices"),
+        ([{"path": "engine.max_num_seqs", "type": "choice", "choices": list(range(1, 34))}], "space[0].choices"),
     ],
 )
 def test_a_hostile_space_is_refused_naming_its_field(tuning_world, api_for, space, path):
@@ -126,4 +137,23 @@ def test_an_unknown_way_to_take_the_repeats_p99_is_refused_naming_it(tuning_worl
 def test_a_seed_whose_repeats_would_leave_the_replay_seed_range_is_refused(tuning_world, api_for):
     response = post(api_for("sre"), body(seed=2**62, replay={"qps": 5, "duration_s": 5, "repeats": 10}))
     assert response.status_code == 400 and response.json()["detail"][0]["path"] == "seed"
+    assert not TuningStudy.objects.exists()
+
+
+def test_an_ordered_choice_is_stored_as_the_fields_own_values_and_trials_record_them(tuning_world, api_for):
+    """The sampler works on indices; the study, its API and its trials keep the field's values (16, not 3 or 16.0)."""
+    space = [{"path": "engine.max_num_seqs", "type": "choice", "choices": [16.0, 2, 8.0, 4]}]
+    response = post(api_for("sre"), body(space=space, sampler="grid", budget=1))
+    assert response.status_code == 201, response.content[:300]
+    assert response.json()["space"][0]["choices"] == [16, 2, 8, 4]
+    assert all(type(v) is int for v in TuningStudy.objects.get().space[0]["choices"])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_choice_that_is_not_a_finite_number_is_refused_before_it_is_ordered(tuning_world, sre, value):
+    """JSON from the API has no NaN, but a service caller could pass one: it has no place among sorted values."""
+    space = [{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, value]}]
+    with pytest.raises(InvalidField) as refused:
+        study_create(actor=sre, **study_args(tuning_world, space=space))
+    assert refused.value.detail == [{"path": "space[0].choices[1]", "message": f"must be a number, got {value!r}"}]
     assert not TuningStudy.objects.exists()

@@ -1,5 +1,11 @@
 """The optimiser: seeded samplers over the study's dimensions, a grid that ends, history rebuilt from our rows."""
 
+import math
+
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
+from controlplane.tuning import optimiser
 from controlplane.tuning import space as search
 from controlplane.tuning.optimiser import Optimiser
 
@@ -61,3 +67,133 @@ def test_tpe_moves_towards_the_better_region_of_a_simple_function():
         optimiser.tell(trial, value=value, is_feasible=True)
     assert min(values[15:]) < 0.1
     assert sum(values[20:]) / 10 < sum(values[:5]) / 5
+
+
+# A choice among numbers is searched by its index in ascending order; words and flags stay categories.
+ORDERED = search.space_check(
+    [
+        {"path": "engine.max_num_seqs", "type": "choice", "choices": [16, 2, 8, 4]},
+        {"path": "engine.gpu_memory_utilization", "type": "choice", "choices": [0.9, 0.8, 0.85]},
+        {"path": "engine.enable_prefix_caching", "type": "choice", "choices": [True, False]},
+    ],
+    sampler="tpe",
+)
+
+
+def test_a_choice_among_numbers_is_an_ordered_index_and_words_and_flags_stay_categories():
+    seqs, memory, caching = ORDERED
+    assert optimiser.is_ordered(seqs) and optimiser.is_ordered(memory) and not optimiser.is_ordered(caching)
+    assert optimiser.ordered_values(seqs) == [2, 4, 8, 16] and optimiser.ordered_values(memory) == [0.8, 0.85, 0.9]
+    found = optimiser.distributions(ORDERED)
+    assert found["engine.max_num_seqs"] == IntDistribution(0, 3)
+    assert found["engine.gpu_memory_utilization"] == IntDistribution(0, 2)
+    assert found["engine.enable_prefix_caching"] == CategoricalDistribution([True, False])
+    assert optimiser.grid_space(ORDERED) == {
+        "engine.max_num_seqs": [0, 1, 2, 3],
+        "engine.gpu_memory_utilization": [0, 1, 2],
+        "engine.enable_prefix_caching": [True, False],
+    }
+
+
+def test_the_mapping_keeps_the_order_and_goes_both_ways_for_every_allowed_value():
+    seqs = ORDERED[0]
+    values = optimiser.ordered_values(seqs)
+    indices = [optimiser.to_sampler([seqs], {seqs.path: v})[seqs.path] for v in values]
+    assert indices == [0, 1, 2, 3]  # ascending values, ascending indices: neighbours stay neighbours
+    for index in range(4):
+        value = optimiser.from_sampler([seqs], {seqs.path: index})[seqs.path]
+        assert optimiser.to_sampler([seqs], {seqs.path: value}) == {seqs.path: index}
+        assert type(value) is int  # the field's own value, not an index and not a float
+
+
+def test_a_value_outside_the_allowed_set_is_not_mapped():
+    seqs = ORDERED[0]
+    for value in (3, 32, 0, -1, True, "8", None):
+        with pytest.raises(ValueError, match=r"engine\.max_num_seqs"):
+            optimiser.to_sampler([seqs], {seqs.path: value})
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_every_sampler_asks_only_allowed_values_and_reaches_all_of_them(sampler):
+    dims = search.space_check(
+        [
+            {"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4, 8, 16]},
+            {"path": "engine.max_num_batched_tokens", "type": "choice", "choices": [8, 16, 32, 64]},
+        ],
+        sampler=sampler,
+    )
+    study = Optimiser(objective="min_p99", sampler=sampler, dims=dims, seed=5)
+    seen = set()
+    for _ in range(16 if sampler == "grid" else 60):
+        trial, params = study.ask()
+        point = (params["engine.max_num_seqs"], params["engine.max_num_batched_tokens"])
+        assert point[0] in (2, 4, 8, 16) and point[1] in (8, 16, 32, 64)
+        seen.add(point)
+        # A bowl around (16, 64): TPE may concentrate there, but each value of each field must come up.
+        study.tell(trial, value=abs(point[0] - 16) + abs(point[1] - 64) / 4, is_feasible=True)
+    assert {p[0] for p in seen} == {2, 4, 8, 16} and {p[1] for p in seen} == {8, 16, 32, 64}
+    if sampler == "grid":
+        assert len(seen) == 16 and study.is_exhausted()
+
+
+def test_a_history_in_field_values_is_told_to_the_sampler_as_indices():
+    dims = search.space_check(
+        [{"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4, 8, 16]}], sampler="tpe"
+    )
+    study = Optimiser(objective="min_p99", sampler="tpe", dims=dims, seed=1)
+    study.replay_history(
+        [
+            {"params": {"engine.max_num_seqs": n}, "value": 1.0, "is_feasible": True, "state": "complete"}
+            for n in (2, 16)
+        ]
+    )
+    assert [t.params["engine.max_num_seqs"] for t in study.study.trials] == [0, 3]
+    assert study.ask()[1]["engine.max_num_seqs"] in (2, 4, 8, 16)
+
+
+def test_an_ordered_choice_lets_tpe_find_the_corner_of_a_smooth_grid_sooner_than_categories():
+    """The reason for the order: on a smooth 4 x 4 bowl whose best is a corner (as (16, 64) on the bench), TPE
+    reaches within 5 % of the best in at most 8 of 16 trials for more seeds when it sees the values' order."""
+    dims = search.space_check(
+        [
+            {"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4, 8, 16]},
+            {"path": "engine.max_num_batched_tokens", "type": "choice", "choices": [8, 16, 32, 64]},
+        ],
+        sampler="tpe",
+    )
+
+    def bowl(params) -> float:
+        return (
+            1
+            + 0.3 * (4 - math.log2(params["engine.max_num_seqs"])) ** 2
+            + 0.2 * (6 - math.log2(params["engine.max_num_batched_tokens"])) ** 2
+        )
+
+    def reached_by_8(seed: int) -> bool:
+        study = Optimiser(objective="min_p99", sampler="tpe", dims=dims, seed=seed)
+        for _ in range(8):
+            trial, params = study.ask()
+            study.tell(trial, value=bowl(params), is_feasible=True)
+            if bowl(params) <= 1.05:
+                return True
+        return False
+
+    ordered = sum(reached_by_8(seed) for seed in range(12))
+    original = optimiser.is_ordered
+    optimiser.is_ordered = lambda dim: False  # the old behaviour: every choice a category
+    try:
+        categorical = sum(reached_by_8(seed) for seed in range(12))
+    finally:
+        optimiser.is_ordered = original
+    assert ordered > categorical and ordered >= 10
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_an_ordered_choice_of_one_value_asks_that_value(sampler):
+    """A one-point study (how the bench confirms a point) is an index range of 0..0."""
+    dims = search.space_check([{"path": "engine.max_num_seqs", "type": "choice", "choices": [16]}], sampler=sampler)
+    study = Optimiser(objective="min_p99", sampler=sampler, dims=dims, seed=0)
+    trial, params = study.ask()
+    assert params == {"engine.max_num_seqs": 16}
+    study.tell(trial, value=1.0, is_feasible=True)
+    assert study.is_exhausted() == (sampler == "grid")
