@@ -65,6 +65,7 @@ bench: install-dev
 	$(BIN)/python bench/alert_evaluation.py
 	$(BIN)/python bench/policy_hostile.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/intent_quality.py
 	$(BIN)/python bench/simulator_profile.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/log_analysis.py

@@ -1,4 +1,9 @@
-"""The labelled intent messages in data/intents.jsonl and the two held-out splits the model is judged by."""
+"""The labelled intent messages in data/intents.jsonl, the two held-out splits, and the separately written held-out set.
+
+data/intents_heldout.jsonl was written by hand, independently of the training templates, as shop customers write
+(complaints, suitability questions, mixed language, typos, long and terse messages). It is never trained on nor used
+to fit the temperature; tests keep every training message away from it (see intent_quality.near_duplicates).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATASET_PATH = Path(__file__).resolve().parent / "data" / "intents.jsonl"
+HELD_OUT_PATH = Path(__file__).resolve().parent / "data" / "intents_heldout.jsonl"
 SPLIT_SEED = 618
 HELD_OUT_FRACTION = 0.2
 # The model's output order; build_intents.py writes exactly these labels.
@@ -40,6 +46,22 @@ def load_examples(path: Path = DATASET_PATH) -> list[Example]:
     """Every example in the dataset file, in file order."""
     with Path(path).open(encoding="utf-8") as lines:
         return [Example(**json.loads(line)) for line in lines if line.strip()]
+
+
+@dataclass(frozen=True)
+class HeldOutMessage:
+    """One message of the separately written held-out set: its label, language and the style it was written in."""
+
+    text: str
+    label: str
+    lang: str
+    style: str
+
+
+def load_held_out(path: Path = HELD_OUT_PATH) -> list[HeldOutMessage]:
+    """Every message of the separately written held-out set, in file order."""
+    with Path(path).open(encoding="utf-8") as lines:
+        return [HeldOutMessage(**json.loads(line)) for line in lines if line.strip()]
 
 
 def dataset_sha256(path: Path = DATASET_PATH) -> str:

@@ -29,6 +29,13 @@ _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 _DIGIT_RUN = re.compile(r"\d+")
 _SYMBOLS = "¥$￥?？!！"
+# crc32(kind + gram) is crc32(gram) started from crc32(kind): buckets() hashes slices of the encoded text from these
+# seeds instead of building a prefixed string per n-gram, and lands on the same buckets as hashing grams().
+_SEED = {kind: zlib.crc32(kind.encode()) for kind in ("c", "w", "b", "l")}
+_SYMBOL_HASHES = tuple((char, zlib.crc32(f"s{char}".encode())) for char in _SYMBOLS)
+_TOKEN_HASHES = {token: zlib.crc32(token.encode()) for token in ("#order", "#num", "#empty")}
+# Every character of the _CJK_RUN ranges is three bytes of UTF-8, so its 1-3 grams are 3, 6 and 9 byte slices.
+_CJK_GRAM_BYTES = (3, 6, 9)
 
 
 class IntentModelError(Exception):
@@ -64,12 +71,37 @@ def grams(text: str) -> set[str]:
     return found
 
 
+def buckets(text: str) -> set[int]:
+    """The hash buckets of a message's n-grams: crc32 of each of grams(text) in UTF-8, modulo N_BUCKETS.
+
+    The classifier's hot path: the same set as hashing grams(), without building one string per n-gram.
+    """
+    text = unicodedata.normalize("NFKC", text).lower()
+    crc = zlib.crc32
+    found: set[int] = set()
+    seed = _SEED["c"]
+    for raw in {run.encode() for run in _CJK_RUN.findall(text)}:
+        size = len(raw)
+        found.update(crc(raw[i : i + width], seed) for width in _CJK_GRAM_BYTES for i in range(0, size - width + 1, 3))
+    words = _LATIN_WORD.findall(text)
+    if words:
+        found.update(crc(word.encode(), _SEED["w"]) for word in words)
+        found.update(crc(f"{a} {b}".encode(), _SEED["b"]) for a, b in itertools.pairwise(words))
+        seed = _SEED["l"]
+        for padded in {f"<{word}>".encode() for word in words}:
+            size = len(padded)
+            found.update(crc(padded[i : i + n], seed) for n in (3, 4) for i in range(size - n + 1))
+    found.update(_TOKEN_HASHES[_digit_token(run)] for run in set(_DIGIT_RUN.findall(text)))
+    found.update(digest for char, digest in _SYMBOL_HASHES if char in text)
+    if not found:
+        found.add(_TOKEN_HASHES["#empty"])
+    return {digest & _BUCKET_MASK for digest in found}
+
+
 def features(text: str) -> dict[int, float]:
     """Hashed, L2-normalised binary n-gram features of a message."""
-    # crc32 of the UTF-8 bytes modulo a power of two, as trained; map() keeps the per-gram work in C.
-    buckets = {digest & _BUCKET_MASK for digest in map(zlib.crc32, map(str.encode, grams(text)))}
-    value = 1.0 / math.sqrt(len(buckets))
-    return dict.fromkeys(buckets, value)
+    found = buckets(text)
+    return dict.fromkeys(found, 1.0 / math.sqrt(len(found)))
 
 
 def softmax(scores: list[float]) -> list[float]:
@@ -167,13 +199,14 @@ class IntentClassifier:
 
     def scores(self, text: str) -> list[float]:
         """The raw linear score of every label, in label order, before the temperature."""
-        buckets = features(text)
-        rows = [row for row in map(self.weights.get, buckets) if row is not None]
+        found = buckets(text)
+        # A row is a non-empty tuple, so filter(None) drops exactly the buckets without weights.
+        rows = list(filter(None, map(self.weights.get, found)))
         if not rows:
             return list(self.bias)
         # Every feature of a message has the same value (binary, L2-normalised): the score is the bias plus that
         # value times each label's column sum, summed in C rather than one Python list per feature.
-        value = next(iter(buckets.values()))
+        value = 1.0 / math.sqrt(len(found))
         return [bias + value * total for bias, total in zip(self.bias, map(sum, zip(*rows, strict=True)), strict=True)]
 
     def probabilities(self, text: str) -> dict[str, float]:

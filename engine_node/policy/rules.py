@@ -21,7 +21,7 @@ TIERS = ("strict", "normal", "creative")
 # sends (docs/policy-patterns.md). The strict patterns read its first and last 2,048 characters (all of it up to
 # 4,096): an amount or order number in a pasted text is found whether the question comes before or after it, and RE2
 # runs each pattern over those <= 16 KiB of UTF-8 in linear time. The classifier reads its first and last 128
-# characters (all of it up to 256): it was trained on messages of at most ~100 characters, beyond that its hashed
+# characters (all of it up to 256): it was trained on messages of at most ~200 characters, beyond that its hashed
 # n-grams only dilute, and its pure-Python cost grows with every distinct n-gram (three per Chinese character).
 REGEX_EDGE_CHARS = 2048
 CLASSIFIER_EDGE_CHARS = 128

@@ -100,8 +100,8 @@ def test_training_an_intent_model_runs_beside_the_server_without_blocking_the_re
         return json.loads(urllib.request.urlopen(request, timeout=30).read())
 
     seeded = call("/api/v1/intent-datasets/shop-intents/")
-    assert (seeded["row_count"], seeded["duplicates_removed"], seeded["has_templates"]) == (13_448, 52, True)
-    # Two epochs over 13,448 messages, and as many for calibration, take seconds; the request must not wait.
+    assert (seeded["row_count"], seeded["duplicates_removed"], seeded["has_templates"]) == (21_558, 42, True)
+    # Two epochs over 21,558 messages, and as many for calibration, take seconds; the request must not wait.
     started = time.monotonic()
     queued = call("/api/v1/intent-datasets/shop-intents/models/", {"epochs": 2})
     assert time.monotonic() - started < 3
@@ -113,4 +113,4 @@ def test_training_an_intent_model_runs_beside_the_server_without_blocking_the_re
         detail = call(f"/api/v1/intent-datasets/shop-intents/models/{queued['number']}/")
     assert detail["status"] == "succeeded", detail["error"]
     assert detail["evaluation"]["split"] == "template"
-    assert detail["evaluation"]["held_out"] == 2660
+    assert detail["evaluation"]["held_out"] == 4314

@@ -11,7 +11,9 @@ import random
 import re
 from pathlib import Path
 
-from engine_node.policy.dataset import LABELS
+from engine_node.policy.dataset import LABELS, load_held_out
+from engine_node.policy.intent import grams
+from engine_node.policy.intent_quality import NEAR_DUPLICATE_JACCARD
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES_PATH = HERE / "intent_templates.txt"
@@ -19,7 +21,7 @@ OUTPUT_PATH = HERE / "intents.jsonl"
 SEED = 20261111
 LANGS = ("zh", "en", "mixed")
 # Each label gets at least this many messages; templates with few free choices stop early when they run dry.
-TARGET_PER_LABEL = 1500
+TARGET_PER_LABEL = 2400
 ATTEMPTS_PER_VARIANT = 25
 
 SLOTS: dict[str, tuple[str, ...]] = {
@@ -83,6 +85,92 @@ SLOTS: dict[str, tuple[str, ...]] = {
     "couponE": ("store coupon", "welcome voucher", "$10 off coupon", "free shipping voucher", "gift card"),
     "emoji": ("😡", "😭", "🙏", "😊", "👍", "😤", "🤔", "💢", "😂", "🥺", "❤️", "🔥"),
     "n": ("2", "3", "4", "5", "6"),
+    # Everyday goods beyond electronics, what breaks in transit, and who or what a product has to suit.
+    "thing": (
+        "杯子",
+        "花瓶",
+        "台灯",
+        "连衣裙",
+        "牛仔裤",
+        "床单",
+        "保温杯",
+        "茶具",
+        "镜子",
+        "碗",
+        "玩具",
+        "靴子",
+        "水壶",
+    ),
+    "thingE": (
+        "cup",
+        "teapot",
+        "desk lamp",
+        "dress",
+        "pair of jeans",
+        "duvet cover",
+        "water bottle",
+        "plate set",
+        "picture frame",
+        "blender",
+        "kettle",
+        "sofa cushion",
+        "toy car",
+        "backpack",
+        "moisturiser",
+        "sunscreen",
+        "phone case",
+        "charging cable",
+    ),
+    "damage": ("碎了", "裂了", "压扁了", "漏了", "划花了", "坏的", "变形了", "破了", "摔坏了", "断了"),
+    "damageE": ("cracked", "smashed", "dented", "scratched", "torn", "leaking", "bent", "broken", "shattered"),
+    "skin": ("湿疹", "敏感肌", "干皮", "混油皮", "孕妇", "哺乳期", "过敏体质", "玫瑰痤疮", "宝宝", "老人"),
+    "skinE": (
+        "eczema",
+        "very dry skin",
+        "acne",
+        "rosacea",
+        "psoriasis",
+        "a nut allergy",
+        "pregnant women",
+        "sensitive skin",
+        "combination skin",
+    ),
+    "device": (
+        "iPhone 14",
+        "华为Mate 60",
+        "小米14",
+        "MacBook Air",
+        "iPad",
+        "安卓手机",
+        "荣耀手机",
+        "Switch",
+        "联想笔记本",
+    ),
+    "deviceE": (
+        "iPhone 12",
+        "Galaxy S23",
+        "MacBook Pro",
+        "Pixel 8",
+        "iPad Air",
+        "Nintendo Switch",
+        "PS5",
+        "ThinkPad",
+        "Kindle",
+    ),
+    "use": ("出差", "跑步", "露营", "宿舍用", "小户型", "新手", "送礼", "办公", "开车", "健身"),
+    "useE": (
+        "hiking",
+        "a small kitchen",
+        "daily commuting",
+        "a dorm room",
+        "long flights",
+        "home workouts",
+        "a beginner",
+        "outdoor use",
+        "a rental flat",
+    ),
+    "age": ("一岁宝宝", "三岁小孩", "十岁的孩子", "七十岁的老人", "初中生"),
+    "ageE": ("toddler", "five year old", "teenager", "newborn", "80 year old"),
 }
 GENERATED_SLOTS = ("order", "amount", "amountE", "budget", "budgetE", "code", "phone")
 
@@ -93,6 +181,52 @@ PREFIXES = {
 SUFFIXES = {
     "zh": ("", "", "", "？", "??", "！！", "。", " 谢谢", "，谢谢啦", "…", "，急", "，在线等", "啊啊啊"),
     "en": ("", "", "", "?", "!!", " thanks", " thx", "...", " asap", " please", " ty"),
+}
+# Sentences that carry no intent of their own, around the request: long, rambling messages from real customers
+# surround what they want with background and sign-offs the model has to learn to look past.
+LEADS = {
+    "zh": (
+        "不好意思打扰一下，",
+        "我是你们家老顾客了，",
+        "第一次在这里买东西，",
+        "帮我妈问一下，",
+        "问题有点多，慢慢说，",
+        "之前问过一次没人回，",
+        "是这样的，",
+        "我平时很少网购，不太懂，",
+        "我在外地出差，用手机打字不方便，",
+    ),
+    "en": (
+        "Sorry to bother you again. ",
+        "I've been shopping here for a couple of years and never had an issue before. ",
+        "Long story short, ",
+        "So, a bit of background first. ",
+        "My English is not so good, sorry. ",
+        "I looked in the help center but couldn't find an answer. ",
+        "Writing on behalf of my mother, she's not great with computers. ",
+        "ok so ",
+        "First time ordering from you. ",
+        "I tried calling but the line was busy. ",
+    ),
+}
+TAILS = {
+    "zh": (
+        "麻烦尽快回复，谢谢",
+        "等你们消息",
+        "辛苦了",
+        "我明天要出门，今天能回复吗",
+        "先谢谢了",
+        "有结果了告诉我一声",
+    ),
+    "en": (
+        " Looking forward to your reply.",
+        " Thanks in advance.",
+        " Please get back to me soon, I'm travelling next week.",
+        " Regards, Sam",
+        " I'd appreciate a quick answer.",
+        " Thanks and have a good one",
+        " Cheers",
+    ),
 }
 # Common slips in Chinese typing: homophones, wrong characters picked from the IME list, colloquial forms.
 ZH_TYPOS = (
@@ -192,18 +326,50 @@ def decorate(text: str, lang: str, rng: random.Random) -> str:
                 break
     if lang != "zh" and rng.random() < 0.25:
         text = english_typo(text, rng)
+        if rng.random() < 0.3:
+            text = english_typo(text, rng)
     if lang != "zh" and rng.random() < 0.3:
         text = text.lower()
     text = rng.choice(PREFIXES[style]) + text + rng.choice(SUFFIXES[style])
     if rng.random() < 0.15:
         text += rng.choice(SLOTS["emoji"]) * rng.choice((1, 1, 2, 3))
+    if rng.random() < 0.15:
+        text = rng.choice(LEADS[style]) + text
+    if rng.random() < 0.1:
+        text += rng.choice(TAILS[style])
     return text.strip()
+
+
+class HeldOutGuard:
+    """Refuses a generated message that nearly repeats a message of the separately written held-out set.
+
+    The held-out set is written apart from the templates; a filling that happens to land on one of its messages
+    (same n-grams, see intent_quality.NEAR_DUPLICATE_JACCARD) would make the held-out figure a training figure.
+    """
+
+    def __init__(self, texts: list[str]):
+        self.grams = [grams(text) for text in texts]
+        self.index: dict[str, list[int]] = {}
+        for i, found in enumerate(self.grams):
+            for gram in found:
+                self.index.setdefault(gram, []).append(i)
+
+    def near(self, text: str) -> bool:
+        mine = grams(text)
+        shared: dict[int, int] = {}
+        for gram in mine:
+            for i in self.index.get(gram, ()):
+                shared[i] = shared.get(i, 0) + 1
+        return any(
+            count / (len(mine) + len(self.grams[i]) - count) >= NEAR_DUPLICATE_JACCARD for i, count in shared.items()
+        )
 
 
 def build(seed: int = SEED) -> list[dict[str, str]]:
     """Every example, in template order: round-robin over a label's templates until the label has enough."""
     rng = random.Random(seed)
     templates = read_templates()
+    guard = HeldOutGuard([message.text for message in load_held_out()])
     seen: set[str] = set()
     examples: list[dict[str, str]] = []
     for label in LABELS:
@@ -216,7 +382,7 @@ def build(seed: int = SEED) -> list[dict[str, str]]:
                     continue
                 for _ in range(ATTEMPTS_PER_VARIANT):
                     text = decorate(expand(template, rng), lang, rng)
-                    if text not in seen:
+                    if text not in seen and not guard.near(text):
                         seen.add(text)
                         examples.append({"text": text, "label": label, "lang": lang, "template": template_id})
                         count += 1

@@ -1,9 +1,18 @@
-"""The checked-in intent dataset: complete, deduplicated, reproducible from its templates, and split honestly."""
+"""The checked-in intent dataset: complete, deduplicated, reproducible from its templates, split honestly, and kept
+apart from the separately written held-out set."""
 
 import importlib.util
 from collections import Counter
 
-from engine_node.policy.dataset import DATASET_PATH, LABELS, load_examples, split_by_template, split_random
+from engine_node.policy.dataset import (
+    DATASET_PATH,
+    LABELS,
+    load_examples,
+    load_held_out,
+    split_by_template,
+    split_random,
+)
+from engine_node.policy.intent_quality import near_duplicates
 
 BUILD_SCRIPT = DATASET_PATH.parent / "build_intents.py"
 
@@ -57,3 +66,30 @@ def test_the_control_plane_schema_and_the_classifier_share_one_label_set():
 
     # The agent cannot import the control plane, so the two lists are kept equal by this test.
     assert tuple(INTENT_LABELS) == tuple(LABELS)
+
+
+def test_the_held_out_set_covers_every_label_in_both_languages_and_mixed_text():
+    messages = load_held_out()
+    assert len(messages) >= 300
+    assert len({message.text for message in messages}) == len(messages)
+    per_label = Counter(message.label for message in messages)
+    assert set(per_label) == set(LABELS) and min(per_label.values()) >= 30
+    assert {(message.label, message.lang) for message in messages} == {
+        (label, lang) for label in LABELS for lang in ("zh", "en", "mixed")
+    }
+    assert {"complaint", "suitability", "typo", "long", "terse", "mixed"} <= {message.style for message in messages}
+
+
+def test_no_training_message_repeats_or_nearly_repeats_a_held_out_message():
+    # The held-out set measures messages the model never saw: not even a reworded or re-punctuated copy
+    # ("How do I reset my password?" / "how do i reset my password pls") may be in the training data.
+    training = [example.text for example in load_examples()]
+    assert near_duplicates([message.text for message in load_held_out()], training) == []
+
+
+def test_the_near_duplicate_check_catches_a_re_punctuated_copy():
+    held_out = ["is cash on delivery available", "the mug arrived in pieces"]
+    training = ["Is cash on delivery available??", "my order has not arrived"]
+    assert [pair[:2] for pair in near_duplicates(held_out, training)] == [
+        ("is cash on delivery available", "Is cash on delivery available??")
+    ]

@@ -1,15 +1,23 @@
-"""The shipped intent model: its honest held-out accuracy, sensible confidences, and refusal of a tampered file."""
+"""The shipped intent model: its honest held-out quality, sensible confidences, and refusal of a tampered file."""
 
 import json
 import time
+import zlib
 
 import pytest
 
-from engine_node.policy.dataset import LABELS, dataset_sha256, load_examples, split_by_template
-from engine_node.policy.intent import MODEL_PATH, IntentClassifier, IntentModelError
+from engine_node.policy.dataset import HELD_OUT_PATH, LABELS, dataset_sha256, load_examples, load_held_out
+from engine_node.policy.intent import MODEL_PATH, N_BUCKETS, IntentClassifier, IntentModelError, buckets, grams
+from engine_node.policy.intent_quality import quality
 
-# The accuracy floor agreed for the gateway; measured on templates the model never saw (see train_intent.py).
-ACCURACY_FLOOR = 0.92
+# Measured on the separately written held-out set (messages no template produced, never trained on; see
+# train_intent.py): what the shipped model scored, rounded down, so the test fails if a model is shipped that does
+# worse (it measured 0.9276). The report asks for more than 92 %.
+HELD_OUT_ACCURACY_FLOOR = 0.92
+# Wrong with a confidence at or above the gateway's 0.8 floor (the fallback does not catch those), and the expected
+# calibration error: what the shipped model measured (0.0134, 0.0163), rounded up.
+CONFIDENTLY_WRONG_CEILING = 0.014
+CALIBRATION_ERROR_CEILING = 0.02
 CLEAR_ORDER_STATUS = "我的快递到哪了？订单号 5521900387761234，三天没更新了"
 
 
@@ -19,24 +27,29 @@ def classifier() -> IntentClassifier:
 
 
 @pytest.fixture(scope="module")
-def predictions(classifier):
-    _, held_out = split_by_template(load_examples())
-    return [(example.label, classifier.classify(example.text).label) for example in held_out]
+def held_out_quality(classifier):
+    return quality(classifier, load_held_out())
 
 
-def test_shipped_model_was_trained_on_the_checked_in_dataset(classifier):
+def test_shipped_model_was_trained_on_the_checked_in_dataset_and_judged_on_the_held_out_set(classifier):
     assert classifier.meta["training_set_sha256"] == dataset_sha256()
-    assert classifier.meta["split"] == "template"
+    assert classifier.meta["split"] == "all"
+    assert classifier.meta["held_out"] == HELD_OUT_PATH.name
     assert classifier.labels == list(LABELS)
 
 
-def test_held_out_accuracy_by_template_meets_the_floor(predictions):
-    correct = sum(truth == predicted for truth, predicted in predictions)
-    assert correct / len(predictions) >= ACCURACY_FLOOR
+def test_held_out_accuracy_meets_the_floor_and_is_what_the_file_records(classifier, held_out_quality):
+    assert held_out_quality["accuracy"] >= HELD_OUT_ACCURACY_FLOOR
+    assert classifier.meta["held_out_accuracy"] == round(held_out_quality["accuracy"], 4)
 
 
-def test_every_label_is_predicted_for_some_held_out_message(predictions):
-    assert {predicted for _, predicted in predictions} == set(LABELS)
+def test_few_held_out_messages_are_wrong_above_the_gateway_floor_and_confidence_is_calibrated(held_out_quality):
+    assert held_out_quality["confidently_wrong"] <= CONFIDENTLY_WRONG_CEILING
+    assert held_out_quality["ece"] <= CALIBRATION_ERROR_CEILING
+
+
+def test_every_label_is_recalled_for_most_of_its_held_out_messages(held_out_quality):
+    assert min(held_out_quality["recall"].values()) >= 0.83
 
 
 @pytest.mark.parametrize(
@@ -112,3 +125,24 @@ def test_one_message_is_classified_on_its_own(classifier):
     elapsed_us = (time.perf_counter() - started) * 1e6
     print(f"one message classified in {elapsed_us:.0f} us")  # reported, not asserted: CI machines vary
     assert intent.label == "order_status"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "",
+        "？？？",
+        "1元" * 300,
+        "café naïve résumé",
+        "𠀀𠀁 字 ＡＢＣ full-width",
+        "ﬁ ligature and 㐀 and 豈 compatibility",
+        "\u0000\ufeff",
+    ],
+)
+def test_hashing_slices_lands_on_the_buckets_of_hashing_each_n_gram(extra):
+    # buckets() is the hot path's shortcut; a model is trained and shipped on crc32 of grams(), so the two must agree
+    # on every message, or a shipped model would be read with the wrong features.
+    texts = [extra] + [example.text for example in load_examples()] + [message.text for message in load_held_out()]
+    for text in texts if extra == "" else [extra]:
+        expected = {zlib.crc32(gram.encode()) & (N_BUCKETS - 1) for gram in grams(text)}
+        assert buckets(text) == expected, text
