@@ -18,6 +18,7 @@ from controlplane.nodes.models import EngineNode
 from controlplane.params.schema import INTENT_LABELS
 from controlplane.reviews.models import ReviewItem
 from controlplane.reviews.samples import checked_batch
+from engine_node.policy.dataset import REVIEWED_TEMPLATE_PREFIX
 from engine_node.policy.masking import with_stand_ins
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,8 @@ def review_dataset_create(*, actor, base: IntentDataset, name: str) -> IntentDat
     for item in labelled:
         # Trained on as the gateway will read such a message: fictitious values where the node masked real ones.
         text = with_stand_ins(item.text)
-        writer.writerow([text, item.label, _lang(item.text), f"review-{item.pk}" if base.has_templates else ""])
+        template = f"{REVIEWED_TEMPLATE_PREFIX}{item.pk}" if base.has_templates else ""
+        writer.writerow([text, item.label, _lang(item.text), template])
     description = f"{base.name} + {len(labelled)} reviewed messages"
     return intent_dataset_create(actor=actor, name=name, content=out.getvalue(), fmt="csv", description=description)
 

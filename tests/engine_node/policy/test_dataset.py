@@ -7,6 +7,8 @@ from collections import Counter
 from engine_node.policy.dataset import (
     DATASET_PATH,
     LABELS,
+    REVIEWED_TEMPLATE_PREFIX,
+    Example,
     load_examples,
     load_held_out,
     split_by_template,
@@ -93,3 +95,14 @@ def test_the_near_duplicate_check_catches_a_re_punctuated_copy():
     assert [pair[:2] for pair in near_duplicates(held_out, training)] == [
         ("is cash on delivery available", "Is cash on delivery available??")
     ]
+
+
+def test_reviewed_messages_are_always_trained_on_and_leave_the_base_split_as_it_was():
+    base = [
+        Example(f"msg {i}", label, "en", f"{label}-t{i % 10}") for i, label in enumerate(["order_status", "other"] * 50)
+    ]
+    reviewed = [Example(f"reviewed {i}", "other", "en", f"{REVIEWED_TEMPLATE_PREFIX}{i}") for i in range(20)]
+    base_train, base_held = split_by_template(base)
+    train, held = split_by_template(base + reviewed)
+    assert all(example in train for example in reviewed)
+    assert held == base_held and train == base_train + reviewed
