@@ -19,12 +19,8 @@ from controlplane.alerts.defaults import install_default_rules
 from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import Alert, AlertRule, AlertRuleVersion
 from controlplane.metrics.models import MetricSample
-from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services.engine_nodes import node_create
-from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import AgentProcess, Traffic, engine_url, wait_until
-from tests.live_server import Daphne
+from tests.engine_node.fleet import AgentProcess, Traffic, engine_url
+from tests.engine_node.served_pool import served_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -56,30 +52,11 @@ def two_nodes(tmp_path, sre, settings):
     settings.ALERT_BATCH_TIMEOUT_WINDOW_S = 5
     settings.ALERT_BATCH_TIMEOUT_BASELINE_S = 30
     settings.ALERT_LEAK_WINDOW_S = 30
-    profile = tmp_path / "steady.yaml"
-    profile.write_text(STEADY_PROFILE)
-    server = Daphne(tmp_path)
-    server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    template = template_create(actor=sre, name="chat")
-    version = template_version_create(actor=sre, template=template, document=DOCUMENT, base_number=None)
-    agents = []
-    try:
-        for name in ("gpu-1", "gpu-2"):
-            _, token = node_create(actor=sre, name=name, pool=pool)
-            agent = AgentProcess(
-                name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
-            )
-            agents.append(agent)
-            agent.start()
-        pool_publish(actor=sre, pool=pool, version=version, reason="detector test")
-        wait_until(lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == 2, 60, "both ACKs")
+    with served_pool(
+        tmp_path, sre, document=DOCUMENT, profile=STEADY_PROFILE, nodes=("gpu-1", "gpu-2"), reason="detector test"
+    ) as (agents, _):
         install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
         yield agents
-    finally:
-        for agent in agents:
-            agent.stop()
-        server.stop()
 
 
 def set_faults(agent: AgentProcess, faults: dict) -> None:

@@ -16,13 +16,9 @@ from controlplane.alerts.defaults import install_default_rules
 from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import Alert, AlertRule, AlertRuleVersion
 from controlplane.metrics.models import MetricSample
-from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services.engine_nodes import node_create
-from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.params.services.templates import template_create, template_version_create
 from engine_node.policy.intent import IntentClassifier
-from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
-from tests.live_server import Daphne
+from tests.engine_node.fleet import Traffic
+from tests.engine_node.served_pool import served_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -60,27 +56,10 @@ def node(tmp_path, sre, settings):
     settings.ALERT_INTENT_DRIFT_WINDOW_S = 10
     settings.ALERT_INTENT_DRIFT_BASELINE_S = 30
     settings.ALERT_INTENT_DRIFT_MIN_REQUESTS = 20
-    profile = tmp_path / "quick.yaml"
-    profile.write_text(PROFILE)
-    server = Daphne(tmp_path)
-    server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    template = template_create(actor=sre, name="chat")
-    version = template_version_create(actor=sre, template=template, document=DOCUMENT, base_number=None)
-    _, token = node_create(actor=sre, name="sim-1", pool=pool)
-    agent = AgentProcess(
-        name="sim-1", token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
-    )
-    try:
-        agent.start()
-        pool_publish(actor=sre, pool=pool, version=version, reason="intent drift test")
-        wait_until(lambda: EngineNode.objects.filter(applied_hash=version.content_hash).exists(), 60, "the ACK")
+    with served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="intent drift test") as (agents, _):
         install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
         AlertRuleVersion.objects.filter(rule__name__in=RULES).update(for_s=0)
-        yield agent
-    finally:
-        agent.stop()
-        server.stop()
+        yield agents[0]
 
 
 def evaluate_for(seconds: float, until=None) -> None:

@@ -18,16 +18,12 @@ from controlplane.datasets.models import IntentModel
 from controlplane.datasets.services.datasets import intent_dataset_create
 from controlplane.datasets.services.releases import intent_model_publish
 from controlplane.datasets.services.training import intent_model_create
-from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services.engine_nodes import node_create
-from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.params.services.templates import template_create, template_version_create
 from controlplane.reviews.models import ReviewItem
 from controlplane.reviews.services import review_dataset_create, review_item_label
 from engine_node.policy.dataset import load_examples
 from engine_node.policy.intent import IntentClassifier
 from tests.engine_node.fleet import AgentProcess, wait_until
-from tests.live_server import Daphne
+from tests.engine_node.served_pool import served_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -86,25 +82,8 @@ def base_dataset_csv(per_label: int = 120) -> str:
 
 @pytest.fixture
 def node(tmp_path, sre):
-    profile = tmp_path / "quick.yaml"
-    profile.write_text(PROFILE)
-    server = Daphne(tmp_path)
-    server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    template = template_create(actor=sre, name="chat")
-    version = template_version_create(actor=sre, template=template, document=DOCUMENT, base_number=None)
-    _, token = node_create(actor=sre, name="sim-1", pool=pool)
-    agent = AgentProcess(
-        name="sim-1", token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
-    )
-    try:
-        agent.start()
-        pool_publish(actor=sre, pool=pool, version=version, reason="review loop test")
-        wait_until(lambda: EngineNode.objects.filter(applied_hash=version.content_hash).exists(), 60, "the ACK")
-        yield agent, pool
-    finally:
-        agent.stop()
-        server.stop()
+    with served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="review loop test") as (agents, pool):
+        yield agents[0], pool
 
 
 def model_in_use(agent: AgentProcess) -> str:

@@ -1,0 +1,43 @@
+"""A control plane on daphne and a staging pool whose simulator agents serve one template version: the setting of
+the fleet tests that watch one pool's live figures (detectors, intent drift, the review loop)."""
+
+import contextlib
+
+from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services.engine_nodes import node_create
+from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.params.services.templates import template_create, template_version_create
+from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.live_server import Daphne
+
+
+@contextlib.contextmanager
+def served_pool(tmp_path, sre, *, document: dict, profile: str, nodes=("sim-1",), reason: str = "fleet test"):
+    """Yields (agents, pool) once every node ACKed the version built from `document`; stops them all after."""
+    profile_path = tmp_path / "profile.yaml"
+    profile_path.write_text(profile)
+    server = Daphne(tmp_path)
+    server.start()
+    agents: list[AgentProcess] = []
+    try:
+        pool = pool_create(actor=sre, name="staging", is_production=False)
+        template = template_create(actor=sre, name="chat")
+        version = template_version_create(actor=sre, template=template, document=document, base_number=None)
+        for name in nodes:
+            _, token = node_create(actor=sre, name=name, pool=pool)
+            agent = AgentProcess(
+                name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile_path
+            )
+            agents.append(agent)
+            agent.start()
+        pool_publish(actor=sre, pool=pool, version=version, reason=reason)
+        wait_until(
+            lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == len(nodes),
+            60,
+            "every node's ACK",
+        )
+        yield agents, pool
+    finally:
+        for agent in agents:
+            agent.stop()
+        server.stop()
