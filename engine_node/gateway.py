@@ -157,7 +157,7 @@ class Gateway:
             first = await anext(chunks, None)  # an engine refusal surfaces here, before any byte is sent
         except (completion.UpstreamError, aiohttp.ClientError) as exc:
             return await self._refused_before_reply(exc, ticket, started, decision, headers)
-        rest = prepend([first] if first else [], chunks)
+        rest = prepend([] if first is None else [first], chunks)
         return await self._relay(request, body, decision, headers, ticket, started, watch, rest)
 
     async def _stream_when_long(
