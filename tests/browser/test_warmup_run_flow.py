@@ -68,7 +68,7 @@ def test_sre_warms_up_a_node_and_follows_the_progress_bar_live(seeded, server_ur
         page.locator("#live-state.on").wait_for()
 
         # Slow the engine down so the replay takes several seconds (still well within warmup.max_p99_s).
-        faults = json.dumps({"latency_factor": 6}).encode()
+        faults = json.dumps({"latency_factor": 15}).encode()
         urllib.request.urlopen(urllib.request.Request(f"{engine_url(agent)}/sim/faults", data=faults, headers=JSON))
         page.fill("[data-testid=warmup-reason]", "prefix cache cold after the festival banner change")
         page.click("#warmup-now")
