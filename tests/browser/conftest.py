@@ -1,5 +1,6 @@
 """A real ASGI server (daphne) on the test database, and Debian's Chromium driven by Playwright."""
 
+import contextlib
 import io
 import os
 import threading
@@ -82,6 +83,39 @@ def shot():
         return path
 
     return take
+
+
+@contextlib.contextmanager
+def off_this_thread(manager):
+    """Enters and exits a context manager on a thread of its own (Playwright runs an event loop on this one, where
+    services that publish events through async_to_sync cannot run), yielding what it yields."""
+    entered, leave, box = threading.Event(), threading.Event(), {}
+
+    def run():
+        try:
+            with manager as value:
+                box["value"] = value
+                entered.set()
+                leave.wait()
+        except BaseException as exc:  # handed to the test's thread
+            box["error"] = exc
+        finally:
+            entered.set()
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    entered.wait()
+    if "error" in box:
+        thread.join()
+        raise box["error"]
+    try:
+        yield box["value"]
+    finally:
+        leave.set()
+        thread.join()
+        if "error" in box:
+            raise box["error"]
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from tests.live_server import Daphne
 
 @contextlib.contextmanager
 def served_pool(tmp_path, sre, *, document: dict, profile: str, nodes=("sim-1",), reason: str = "fleet test"):
-    """Yields (agents, pool) once every node ACKed the version built from `document`; stops them all after."""
+    """Yields (agents, pool, server) once every node ACKed the version built from `document`; stops them all after.
+    `server` is the daphne process (its `url` serves the dashboard too)."""
     profile_path = tmp_path / "profile.yaml"
     profile_path.write_text(profile)
     server = Daphne(tmp_path)
@@ -36,7 +37,7 @@ def served_pool(tmp_path, sre, *, document: dict, profile: str, nodes=("sim-1",)
             60,
             "every node's ACK",
         )
-        yield agents, pool
+        yield agents, pool, server
     finally:
         for agent in agents:
             agent.stop()

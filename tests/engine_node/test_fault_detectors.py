@@ -54,7 +54,7 @@ def two_nodes(tmp_path, sre, settings):
     settings.ALERT_LEAK_WINDOW_S = 30
     with served_pool(
         tmp_path, sre, document=DOCUMENT, profile=STEADY_PROFILE, nodes=("gpu-1", "gpu-2"), reason="detector test"
-    ) as (agents, _):
+    ) as (agents, _, _):
         install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
         yield agents
 

@@ -56,7 +56,7 @@ def node(tmp_path, sre, settings):
     settings.ALERT_INTENT_DRIFT_WINDOW_S = 10
     settings.ALERT_INTENT_DRIFT_BASELINE_S = 30
     settings.ALERT_INTENT_DRIFT_MIN_REQUESTS = 20
-    with served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="intent drift test") as (agents, _):
+    with served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="intent drift test") as (agents, _, _):
         install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
         AlertRuleVersion.objects.filter(rule__name__in=RULES).update(for_s=0)
         yield agents[0]
