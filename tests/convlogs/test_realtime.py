@@ -1,5 +1,7 @@
 """Analysis progress reaches browsers over /ws/conversation-logs/; anonymous sockets are refused."""
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -26,14 +28,17 @@ def test_progress_reaches_a_browser_socket(users, staging, tmp_path, monkeypatch
         connected, _ = await socket.connect()
         assert connected
         analysis = await database_sync_to_async(analyses.log_analysis_create)(actor=agent, log=log, pool=staging)
-        # On commit the analysis went to a thread of this process; running it here too is a no-op for the loser.
-        await database_sync_to_async(analyses.log_analysis_run)(analysis_id=analysis.pk)
+        # On commit the analysis went to a thread of this process; running it here too is a no-op for the loser. The
+        # socket is read while it runs, as a browser reads it: a reader that waited for the end would find its
+        # channel over capacity (100 messages) on a slow machine and the final event dropped.
+        run = asyncio.ensure_future(database_sync_to_async(analyses.log_analysis_run)(analysis_id=analysis.pk))
         events = []
         while True:
             event = await socket.receive_json_from(timeout=30)
             events.append(event)
             if event["status"] in ("succeeded", "failed"):
                 break
+        await run
         await socket.disconnect()
         return analysis, events
 
