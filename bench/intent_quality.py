@@ -6,9 +6,11 @@ never trained on: accuracy (per language and per style), per-label recall, expec
 equal-width confidence bins) and the share of messages wrong with a confidence at or above the gateway's 0.8 floor
 (those reach a strict customer with the label's temperature, the fallback does not catch them).
 
-Decision time is what the gateway spends classifying: Policy.classify's input (the first and last 128 characters of
-the message), per message the best of the passes so other processes' noise stays out (bench/gateway.py's
-convention), p50 and p99 over the held-out set and over the dataset's by-template held-out messages.
+Decision time is what the gateway spends classifying (the classifier reads the first and last 48 characters of the
+message), per message the best of the passes so other processes' noise stays out (bench/gateway.py's convention),
+p50 and p99 over the held-out set and over the dataset's by-template held-out messages; then the whole decision
+(Policy.decide with the template defaults and the shipped model: classification, strict patterns, precedence,
+max_tokens), against the 0.2 ms budget.
 
 Baseline: the previous version of the model file in git (the version before the last commit that changed it, or the
 committed one when the working tree's differs), measured in the same run; without git, the shipped model only.
@@ -32,7 +34,9 @@ sys.path.insert(0, str(ROOT))
 from engine_node.policy.dataset import load_examples, load_held_out, split_by_template  # noqa: E402
 from engine_node.policy.intent import MODEL_PATH, IntentClassifier, IntentModelError  # noqa: E402
 from engine_node.policy.intent_quality import ECE_BINS, GATEWAY_FLOOR, quality  # noqa: E402
-from engine_node.policy.rules import CLASSIFIER_EDGE_CHARS, edges  # noqa: E402
+from engine_node.policy.rules import Policy  # noqa: E402
+
+DECISION_BUDGET_US = 200
 
 MODEL_IN_REPO = MODEL_PATH.relative_to(ROOT).as_posix()
 
@@ -61,18 +65,19 @@ def previous_model(rev: str | None) -> tuple[IntentClassifier | None, str]:
         return None, f"not loadable: {exc}"
 
 
-def decision_times(models: dict[str, IntentClassifier], texts: list[str], passes: int) -> dict[str, list[float]]:
-    """Per model, per message, the best of `passes` timings in microseconds of classifying the gateway's input."""
-    inputs = [edges(text, CLASSIFIER_EDGE_CHARS) for text in texts]
-    best = {name: [float("inf")] * len(inputs) for name in models}
+def decision_times(work: dict[str, object], texts: list[str], passes: int) -> dict[str, list[float]]:
+    """Per callable (a model's classify, a policy's decide), per message, the best of `passes` timings in
+    microseconds."""
+    inputs = texts
+    best = {name: [float("inf")] * len(inputs) for name in work}
     clock = time.perf_counter_ns
     rng = random.Random(5)
     order = list(range(len(inputs)))
     for _ in range(passes):
         # Models alternate pass by pass, each pass over the messages in a fresh order, so drift hits both alike.
-        for name, model in models.items():
+        for name, classify in work.items():
             rng.shuffle(order)
-            row, classify = best[name], model.classify
+            row = best[name]
             for i in order:
                 t0 = clock()
                 classify(inputs[i])
@@ -127,10 +132,24 @@ def main() -> None:
     print(f"\ndecision time per message (classifying the gateway's input), best of {args.passes} passes")
     print(f"{'':40}" + "".join(f"{name + ' p50':>12}{name + ' p99':>12}" for name in names) + f"{'p99 ratio':>11}")
     for title, texts in sets.items():
-        times = decision_times(models, texts, args.passes)
+        times = decision_times({name: model.classify for name, model in models.items()}, texts, args.passes)
         cells = "".join(f"{percentile(times[n], 0.5):>9.1f} us{percentile(times[n], 0.99):>9.1f} us" for n in names)
         ratio = percentile(times["after"], 0.99) / percentile(times["before"], 0.99) if before is not None else 1.0
         print(f"{title + f' ({len(texts)})':<40}{cells}{ratio:>10.2f}x")
+
+    policy = Policy(None, None, after)
+    print(
+        f"\nwhole decision per message (Policy.decide, template defaults, the shipped model), "
+        f"best of {args.passes} passes"
+    )
+    print(f"{'':40}{'p50':>12}{'p99':>12}{'mean':>12}  budget p99 < {DECISION_BUDGET_US} us")
+    for title, texts in sets.items():
+        times = decision_times({"decide": policy.decide}, texts, args.passes)["decide"]
+        p99 = percentile(times, 0.99)
+        print(
+            f"{title + f' ({len(texts)})':<40}{percentile(times, 0.5):>9.1f} us{p99:>9.1f} us"
+            f"{sum(times) / len(times):>9.1f} us  {'met' if p99 < DECISION_BUDGET_US else 'NOT met'}"
+        )
 
 
 if __name__ == "__main__":

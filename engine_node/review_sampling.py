@@ -16,7 +16,8 @@ from engine_node.policy.rules import Decision
 
 # A runner-up this close to the top label means the classifier could as well have said the other one.
 MARGIN = 0.15
-# The part of a message a reviewer sees (and the control plane accepts): the classifier reads 256 characters at most.
+# The part of a message a reviewer sees (and the control plane accepts); the classifier itself reads its first and
+# last 48 characters, the reviewer gets more of the context.
 MAX_TEXT_CHARS = 500
 # At most this many samples a minute per node, in bursts of up to BURST: a busy pool of ten nodes still fills a
 # reviewer's hour (several hundred labels) without flooding the control plane.

@@ -13,18 +13,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 
-from engine_node.policy.intent import Intent, IntentClassifier
+from engine_node.policy.intent import CLASSIFIER_EDGE_CHARS, Intent, IntentClassifier, edges
 from engine_node.policy.patterns import compile_patterns
 
 TIERS = ("strict", "normal", "creative")
 # What the policy reads of the latest user message, so that a decision costs at most a fixed amount whatever a client
 # sends (docs/policy-patterns.md). The strict patterns read its first and last 2,048 characters (all of it up to
 # 4,096): an amount or order number in a pasted text is found whether the question comes before or after it, and RE2
-# runs each pattern over those <= 16 KiB of UTF-8 in linear time. The classifier reads its first and last 128
-# characters (all of it up to 256): it was trained on messages of at most ~200 characters, beyond that its hashed
-# n-grams only dilute, and its pure-Python cost grows with every distinct n-gram (three per Chinese character).
+# runs each pattern over those <= 16 KiB of UTF-8 in linear time. The classifier reads its first and last 48
+# characters (CLASSIFIER_EDGE_CHARS in engine_node/policy/intent.py, which says why).
 REGEX_EDGE_CHARS = 2048
-CLASSIFIER_EDGE_CHARS = 128
 # The template defaults of the sections the policy reads, for a node that has no config yet. They equal
 # controlplane.params.schema's defaults (a test keeps them equal; the agent may not import the control plane).
 DEFAULT_STRICT_PATTERNS = [
@@ -308,14 +306,6 @@ class Policy:
         if client is not None:
             notes.append(f"client asked for {client}; first-turn cap is {cap}")
         return cap, "first-turn cap", limits["continuation_max_rounds"], None
-
-
-def edges(text: str, each: int) -> str:
-    """The first and last `each` characters of a text (all of it when it is no longer than both), joined by a line
-    break so that no pattern match or n-gram spans the gap."""
-    if len(text) <= 2 * each:
-        return text
-    return f"{text[:each]}\n{text[-each:]}"
 
 
 _SENTENCE_END = set("。！？!?.…；;~～")
