@@ -12,23 +12,29 @@ from tests.live_server import Daphne
 
 
 @contextlib.contextmanager
-def served_pool(tmp_path, sre, *, document: dict, profile: str, nodes=("sim-1",), reason: str = "fleet test"):
+def served_pool(
+    tmp_path, sre, *, document: dict, profile: str, nodes=("sim-1",), reason: str = "fleet test", processes: int = 1
+):
     """Yields (agents, pool, server) once every node ACKed the version built from `document`; stops them all after.
-    `server` is the daphne process (its `url` serves the dashboard too)."""
+    `server` is the first daphne process (its `url` serves the dashboard too). With `processes` > 1 the nodes are
+    dealt over that many daphne processes on the same Postgres and Redis, in turn (the first node to the first)."""
     profile_path = tmp_path / "profile.yaml"
     profile_path.write_text(profile)
-    server = Daphne(tmp_path)
-    server.start()
+    servers = []
+    for i in range(processes):
+        (tmp_path / f"cp-{i}").mkdir()
+        servers.append(Daphne(tmp_path / f"cp-{i}"))
+    for server in servers:
+        server.start()
     agents: list[AgentProcess] = []
     try:
         pool = pool_create(actor=sre, name="staging", is_production=False)
         template = template_create(actor=sre, name="chat")
         version = template_version_create(actor=sre, template=template, document=document, base_number=None)
-        for name in nodes:
+        for i, name in enumerate(nodes):
             _, token = node_create(actor=sre, name=name, pool=pool)
-            agent = AgentProcess(
-                name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile_path
-            )
+            url = servers[i % processes].ws_agent_url
+            agent = AgentProcess(name=name, token=token, control_plane_url=url, work=tmp_path, profile=profile_path)
             agents.append(agent)
             agent.start()
         pool_publish(actor=sre, pool=pool, version=version, reason=reason)
@@ -37,8 +43,9 @@ def served_pool(tmp_path, sre, *, document: dict, profile: str, nodes=("sim-1",)
             60,
             "every node's ACK",
         )
-        yield agents, pool, server
+        yield agents, pool, servers[0]
     finally:
         for agent in agents:
             agent.stop()
-        server.stop()
+        for server in servers:
+            server.stop()

@@ -1,7 +1,8 @@
 """The report's two fault cases scripted on the simulator, detected end to end: two agents under the same steady
 load (control plane on daphne with Postgres, evaluation in-process at 1 Hz, detector windows made short); one gets
 the fault through the simulator's /sim/faults, the other runs normally for the same time. The faulty node's alert
-fires, the normal one stays quiet.
+fires, the normal one stays quiet. The two agents are connected to two control-plane processes (one each), as
+behind a load balancer: what each process stores is what the one evaluation reads.
 
 - Batch timeout exceeded: the engine slows twentyfold (`latency_factor`), requests wait past their batch timeout at
   the gateway's batcher and the node's throughput collapses.
@@ -52,8 +53,15 @@ def two_nodes(tmp_path, sre, settings):
     settings.ALERT_BATCH_TIMEOUT_WINDOW_S = 5
     settings.ALERT_BATCH_TIMEOUT_BASELINE_S = 30
     settings.ALERT_LEAK_WINDOW_S = 30
+    # Each node on a daphne process of its own: each process stores its node's samples, the evaluation reads both.
     with served_pool(
-        tmp_path, sre, document=DOCUMENT, profile=STEADY_PROFILE, nodes=("gpu-1", "gpu-2"), reason="detector test"
+        tmp_path,
+        sre,
+        document=DOCUMENT,
+        profile=STEADY_PROFILE,
+        nodes=("gpu-1", "gpu-2"),
+        reason="detector test",
+        processes=2,
     ) as (agents, _, _):
         install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
         yield agents

@@ -184,15 +184,21 @@ def assert_one_at_a_time(commands) -> None:
 
 @pytest.fixture
 def two_nodes(tmp_path, sre):
+    """Two agents on two daphne processes (one each, as behind a load balancer): the degradation's pushes and its
+    one-at-a-time restarts reach the node of either process through the shared channel layer and database."""
     profile = tmp_path / "fast.yaml"
     profile.write_text(FAST_PROFILE)
-    server = Daphne(tmp_path)
-    server.start()
+    servers = []
+    for name in ("cp-a", "cp-b"):
+        (tmp_path / name).mkdir()
+        servers.append(Daphne(tmp_path / name))
+    for server in servers:
+        server.start()
     pool = pool_create(actor=sre, name="staging", is_production=False)
     # About the degradation's restarts, not about canary stages: a publish reaches both nodes at once.
     Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
     agents = []
-    for name in ("gpu-1", "gpu-2"):
+    for name, server in zip(("gpu-1", "gpu-2"), servers, strict=True):
         _, token = node_create(actor=sre, name=name, pool=pool)
         agents.append(
             AgentProcess(name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile)
@@ -205,7 +211,8 @@ def two_nodes(tmp_path, sre):
     finally:
         for agent in agents:
             agent.stop()
-        server.stop()
+        for server in servers:
+            server.stop()
 
 
 def test_degradation_restarts_nodes_one_at_a_time_without_speculative_decoding_and_back(two_nodes, sre):
