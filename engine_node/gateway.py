@@ -69,6 +69,7 @@ class Gateway:
         self.policy_label = "defaults"
         self.access = GatewayAccess()
         self.review = ReviewSampler()  # unsure decisions for the review queue; masked when the agent sends them
+        metrics.watch_review(self.review)
         self._session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:

@@ -1,6 +1,7 @@
 """The agent's own Prometheus metrics (engine_node_*), exposed on the gateway next to the engine's vllm:*."""
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter(
@@ -160,6 +161,39 @@ def watch_admission(admission) -> None:
         QUEUE_DEPTH.labels(queue=name).set_function(lambda name=name: admission.queue_depth(name))
         BATCH_EFFICIENCY.labels(queue=name).set_function(lambda name=name: admission.efficiency(name))
     BATCH_IDLE_RATIO.set_function(admission.idle_ratio)
+
+
+class _ReviewSampling:
+    """The review sampler's own counters, read at scrape time: nothing is added to the request path."""
+
+    def __init__(self):
+        self.sampler = None
+
+    def collect(self):
+        sampler = self.sampler
+        if sampler is None:
+            return
+        offered = CounterMetricFamily(
+            "engine_node_review_samples",
+            "Unsure decisions (below the floor, close runner-up, overridden) offered to the review queue, by outcome: "
+            "kept, refused by the rate limit, or kept and then pushed out of a full buffer",
+            labels=["outcome"],
+        )
+        offered.add_metric(["kept"], sampler.sampled)
+        offered.add_metric(["rate_limited"], sampler.rate_limited)
+        offered.add_metric(["dropped"], sampler.dropped)
+        yield offered
+        pending = "Samples waiting to go to the control plane (masked as they leave)"
+        yield GaugeMetricFamily("engine_node_review_samples_pending", pending, value=len(sampler))
+
+
+_REVIEW_SAMPLING = _ReviewSampling()
+REGISTRY.register(_REVIEW_SAMPLING)
+
+
+def watch_review(sampler) -> None:
+    """Expose this ReviewSampler's counters (the latest one wins)."""
+    _REVIEW_SAMPLING.sampler = sampler
 
 
 def render() -> str:

@@ -98,3 +98,21 @@ def test_a_batch_is_masked_bounded_and_carries_the_decision(policy):
 def test_an_empty_message_is_never_kept(policy):
     decision = unsure(policy)
     assert not ReviewSampler().offer("", decision)
+
+
+def test_the_sampler_counters_are_on_the_agents_metrics_page(policy):
+    from engine_node import metrics
+
+    clock = Clock()
+    sampler = ReviewSampler(rate_per_minute=60, burst=3, capacity=2, clock=clock)
+    metrics.watch_review(sampler)
+    decision = unsure(policy)
+    for i in range(5):
+        sampler.offer(f"message {i}", decision)  # three kept (the third pushes the first out), two rate-limited
+    text = metrics.render()
+    assert 'engine_node_review_samples_total{outcome="kept"} 3.0' in text
+    assert 'engine_node_review_samples_total{outcome="rate_limited"} 2.0' in text
+    assert 'engine_node_review_samples_total{outcome="dropped"} 1.0' in text
+    assert "engine_node_review_samples_pending 2.0" in text
+    sampler.batch()
+    assert "engine_node_review_samples_pending 0.0" in metrics.render()
