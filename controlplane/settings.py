@@ -258,6 +258,11 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 15.0,
         "options": {"expires": 30},
     },
+    "reviews-expire": {
+        "task": "controlplane.reviews.tasks.review_items_expire_task",
+        "schedule": 3600.0,
+        "options": {"expires": 600},
+    },
     # Every second: samples arrive at 1 Hz and a node without one for 5 s counts as saturated, so a slower pass
     # would blur both; a transition's bundle then reaches the agents within a second. A pass is a few queries
     # and one small row update per pool.
@@ -428,6 +433,13 @@ METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)
 if METRICS_RAW_RETENTION_S < 120 or METRICS_ROLLUP_RETENTION_S < 3600:
     raise EnvError("METRICS_RAW_RETENTION_S must be at least 120 and METRICS_ROLLUP_RETENTION_S at least 3600")
+
+# The review queue: a pending message no gateway has sampled again for this long is deleted (the way customers
+# write it has moved on; the queue stays a list a reviewer can finish). Labelled messages are kept: they are
+# training data, and a reviewer's hour adds a few hundred at most.
+REVIEW_PENDING_RETENTION_S = env_int("REVIEW_PENDING_RETENTION_S", 14 * 24 * 3600)
+if REVIEW_PENDING_RETENTION_S < 3600:
+    raise EnvError("REVIEW_PENDING_RETENTION_S must be at least 3600")
 
 # Impact records: the pool's figures this long before and after each change are compared (10 min each by default,
 # long enough for some 60 independent 10 s sample windows per side); a load shift beyond the tolerance (after/before

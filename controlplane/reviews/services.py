@@ -5,7 +5,9 @@ import hashlib
 import io
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -102,6 +104,14 @@ def _seen_again(digest: str, reasons: tuple[str, ...], now) -> bool:
         changes["reasons"] = [*stored, *added]
     ReviewItem.objects.filter(pk=pk).update(**changes)
     return True
+
+
+def review_items_expire(*, now=None) -> int:
+    """Delete the pending messages no gateway sampled again within REVIEW_PENDING_RETENTION_S; labelled ones stay.
+    Returns how many went. Upkeep, like metric retention: no audit entry (nobody decided anything)."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.REVIEW_PENDING_RETENTION_S)
+    deleted, _ = ReviewItem.objects.filter(status=ReviewItem.Status.PENDING, last_seen_at__lt=cutoff).delete()
+    return deleted
 
 
 @mutating_service
