@@ -1,5 +1,6 @@
 """A real daphne process serving controlplane.asgi on the test database, for browser and agent tests."""
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -82,3 +83,20 @@ class Daphne:
             self.process.kill()
             self.process.wait()
         self.process = None
+
+
+@contextlib.contextmanager
+def daphnes(log_dir: Path, count: int, prefix: str = "cp"):
+    """`count` daphne processes on the same test database and Redis, as several ASGI processes behind a load balancer
+    (each logging under log_dir/<prefix>-<i>); all started before the block, all stopped after it."""
+    servers = []
+    for i in range(count):
+        (log_dir / f"{prefix}-{i}").mkdir()
+        servers.append(Daphne(log_dir / f"{prefix}-{i}"))
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

@@ -8,7 +8,7 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import AgentProcess, wait_until
-from tests.live_server import Daphne
+from tests.live_server import daphnes
 
 
 @contextlib.contextmanager
@@ -20,32 +20,25 @@ def served_pool(
     dealt over that many daphne processes on the same Postgres and Redis, in turn (the first node to the first)."""
     profile_path = tmp_path / "profile.yaml"
     profile_path.write_text(profile)
-    servers = []
-    for i in range(processes):
-        (tmp_path / f"cp-{i}").mkdir()
-        servers.append(Daphne(tmp_path / f"cp-{i}"))
-    for server in servers:
-        server.start()
     agents: list[AgentProcess] = []
-    try:
-        pool = pool_create(actor=sre, name="staging", is_production=False)
-        template = template_create(actor=sre, name="chat")
-        version = template_version_create(actor=sre, template=template, document=document, base_number=None)
-        for i, name in enumerate(nodes):
-            _, token = node_create(actor=sre, name=name, pool=pool)
-            url = servers[i % processes].ws_agent_url
-            agent = AgentProcess(name=name, token=token, control_plane_url=url, work=tmp_path, profile=profile_path)
-            agents.append(agent)
-            agent.start()
-        pool_publish(actor=sre, pool=pool, version=version, reason=reason)
-        wait_until(
-            lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == len(nodes),
-            60,
-            "every node's ACK",
-        )
-        yield agents, pool, servers[0]
-    finally:
-        for agent in agents:
-            agent.stop()
-        for server in servers:
-            server.stop()
+    with daphnes(tmp_path, processes) as servers:
+        try:
+            pool = pool_create(actor=sre, name="staging", is_production=False)
+            template = template_create(actor=sre, name="chat")
+            version = template_version_create(actor=sre, template=template, document=document, base_number=None)
+            for i, name in enumerate(nodes):
+                _, token = node_create(actor=sre, name=name, pool=pool)
+                url = servers[i % processes].ws_agent_url
+                agent = AgentProcess(name=name, token=token, control_plane_url=url, work=tmp_path, profile=profile_path)
+                agents.append(agent)
+                agent.start()
+            pool_publish(actor=sre, pool=pool, version=version, reason=reason)
+            wait_until(
+                lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == len(nodes),
+                60,
+                "every node's ACK",
+            )
+            yield agents, pool, servers[0]
+        finally:
+            for agent in agents:
+                agent.stop()

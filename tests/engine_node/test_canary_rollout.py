@@ -19,7 +19,7 @@ from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.nodes.services.rollouts import pool_canary_update, rollouts_analyse
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import AgentProcess, Traffic, log_tail, wait_until
-from tests.live_server import Daphne
+from tests.live_server import daphnes
 from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -85,35 +85,30 @@ def fleet(request, tmp_path, sre):
     processes = getattr(request, "param", 1)
     profile = tmp_path / "slow-fp8.yaml"
     profile.write_text(SLOW_FP8_PROFILE)
-    servers = []
-    for i in range(processes):
-        (tmp_path / f"cp-{i}").mkdir()
-        servers.append(Daphne(tmp_path / f"cp-{i}"))
-    for server in servers:
-        server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    pool = pool_canary_update(
-        actor=sre, pool=pool, canary_stages=STAGES, analysis_window_s=WINDOW_S, reason="one canary node first"
-    )
-    template = template_create(actor=sre, name="chat")
-    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
-    # The pool's first version goes to every node at once: there is nothing to compare a canary with.
-    pool_publish(actor=sre, pool=pool, version=v1, reason="first")
-    agents = []
-    for i in range(1, 4):
-        node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
-        url = servers[(i - 1) % processes].ws_agent_url
-        agents.append(AgentProcess(name=node.name, token=token, control_plane_url=url, work=tmp_path, profile=profile))
-    try:
-        for agent in agents:
-            agent.start()
-        wait_until(lambda: nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"], 60, "three agents to connect and apply v1")
-        yield {"pool": Pool.objects.get(pk=pool.pk), "template": template, "v1": v1, "agents": agents}
-    finally:
-        for agent in agents:
-            agent.stop()
-        for server in servers:
-            server.stop()
+    with daphnes(tmp_path, processes) as servers:
+        pool = pool_create(actor=sre, name="staging", is_production=False)
+        pool = pool_canary_update(
+            actor=sre, pool=pool, canary_stages=STAGES, analysis_window_s=WINDOW_S, reason="one canary node first"
+        )
+        template = template_create(actor=sre, name="chat")
+        v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
+        # The pool's first version goes to every node at once: there is nothing to compare a canary with.
+        pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+        agents = []
+        for i in range(1, 4):
+            node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
+            url = servers[(i - 1) % processes].ws_agent_url
+            agents.append(
+                AgentProcess(name=node.name, token=token, control_plane_url=url, work=tmp_path, profile=profile)
+            )
+        try:
+            for agent in agents:
+                agent.start()
+            wait_until(lambda: nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"], 60, "three agents to connect and apply v1")
+            yield {"pool": Pool.objects.get(pk=pool.pk), "template": template, "v1": v1, "agents": agents}
+        finally:
+            for agent in agents:
+                agent.stop()
 
 
 @pytest.mark.parametrize("fleet", [1, 2], indirect=True, ids=["one-process", "agents-split-over-two-processes"])

@@ -18,7 +18,7 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, log_tail, wait_until
-from tests.live_server import Daphne
+from tests.live_server import daphnes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -58,35 +58,30 @@ def explain(agents) -> str:
 def two_processes(tmp_path, sre):
     profile = tmp_path / "fast.yaml"
     profile.write_text(FAST_PROFILE)
-    servers = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        servers.append(Daphne(tmp_path / name))
-    for server in servers:
-        server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
-    template = template_create(actor=sre, name="chat")
-    urls = ",".join(server.ws_agent_url for server in servers)
-    agents = []
-    for i in range(1, NODES + 1):
-        node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
-        agents.append(AgentProcess(name=node.name, token=token, control_plane_url=urls, work=tmp_path, profile=profile))
-    try:
-        for agent in agents:
-            agent.start()
-        wait_until(
-            lambda: EngineNode.objects.filter(is_connected=True).count() == NODES,
-            30,
-            "every agent to connect",
-            explain=lambda: explain(agents),
-        )
-        yield {"servers": servers, "pool": Pool.objects.get(pk=pool.pk), "template": template, "agents": agents}
-    finally:
-        for agent in agents:
-            agent.stop()
-        for server in servers:
-            server.stop()
+    with daphnes(tmp_path, 2) as servers:
+        pool = pool_create(actor=sre, name="staging", is_production=False)
+        Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
+        template = template_create(actor=sre, name="chat")
+        urls = ",".join(server.ws_agent_url for server in servers)
+        agents = []
+        for i in range(1, NODES + 1):
+            node, token = node_create(actor=sre, name=f"gpu-{i}", pool=pool)
+            agents.append(
+                AgentProcess(name=node.name, token=token, control_plane_url=urls, work=tmp_path, profile=profile)
+            )
+        try:
+            for agent in agents:
+                agent.start()
+            wait_until(
+                lambda: EngineNode.objects.filter(is_connected=True).count() == NODES,
+                30,
+                "every agent to connect",
+                explain=lambda: explain(agents),
+            )
+            yield {"servers": servers, "pool": Pool.objects.get(pk=pool.pk), "template": template, "agents": agents}
+        finally:
+            for agent in agents:
+                agent.stop()
 
 
 def test_killing_one_process_loses_no_request_and_its_nodes_reconcile_on_the_survivor(two_processes, sre):

@@ -30,7 +30,7 @@ from controlplane.operations.models import DegradationEvent
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node import fleet
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, wait_until
-from tests.live_server import Daphne
+from tests.live_server import Daphne, daphnes
 from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -188,31 +188,26 @@ def two_nodes(tmp_path, sre):
     one-at-a-time restarts reach the node of either process through the shared channel layer and database."""
     profile = tmp_path / "fast.yaml"
     profile.write_text(FAST_PROFILE)
-    servers = []
-    for name in ("cp-a", "cp-b"):
-        (tmp_path / name).mkdir()
-        servers.append(Daphne(tmp_path / name))
-    for server in servers:
-        server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    # About the degradation's restarts, not about canary stages: a publish reaches both nodes at once.
-    Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
-    agents = []
-    for name, server in zip(("gpu-1", "gpu-2"), servers, strict=True):
-        _, token = node_create(actor=sre, name=name, pool=pool)
-        agents.append(
-            AgentProcess(name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile)
-        )
-    try:
-        for agent in agents:
-            agent.start()
-        wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 2, 30, "both agents to connect")
-        yield {"pool": Pool.objects.get(pk=pool.pk), "agents": agents}
-    finally:
-        for agent in agents:
-            agent.stop()
-        for server in servers:
-            server.stop()
+    with daphnes(tmp_path, 2) as servers:
+        pool = pool_create(actor=sre, name="staging", is_production=False)
+        # About the degradation's restarts, not about canary stages: a publish reaches both nodes at once.
+        Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
+        agents = []
+        for name, server in zip(("gpu-1", "gpu-2"), servers, strict=True):
+            _, token = node_create(actor=sre, name=name, pool=pool)
+            agents.append(
+                AgentProcess(
+                    name=name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+                )
+            )
+        try:
+            for agent in agents:
+                agent.start()
+            wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 2, 30, "both agents to connect")
+            yield {"pool": Pool.objects.get(pk=pool.pk), "agents": agents}
+        finally:
+            for agent in agents:
+                agent.stop()
 
 
 def test_degradation_restarts_nodes_one_at_a_time_without_speculative_decoding_and_back(two_nodes, sre):
