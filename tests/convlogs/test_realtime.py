@@ -17,7 +17,9 @@ from tests.datasets.test_training import session_headers
 
 @pytest.mark.django_db(transaction=True)
 def test_progress_reaches_a_browser_socket(users, staging, tmp_path, monkeypatch):
-    monkeypatch.setattr(analyses, "PROGRESS_EVERY_S", 0.01)
+    # A report every 50 ms: a few per analysis, and at most 20 a second, so the socket's channel (100 messages) holds
+    # five seconds of them even while the analysis thread holds the GIL and the consumer cannot read.
+    monkeypatch.setattr(analyses, "PROGRESS_EVERY_S", 0.05)
     agent = users["agent"]
     data = write_log(tmp_path / "log.jsonl", 3000, seed=8).read_bytes()
     log = conversation_log_create(actor=agent, name="june", filename="log.jsonl", chunks=[data])
