@@ -51,10 +51,11 @@ lint: install-dev
 	@mkdir -p test-artifacts
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file test-artifacts/openapi.yaml
 
-# pytest exits 5 when it collected nothing: an empty run fails instead of passing.
+# pytest exits 5 when it collected nothing: an empty run fails instead of passing. The 40 slowest tests are listed
+# at the end: the suite must stay well under CI's 90 minutes.
 test: install-dev system-packages vllm-env lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 \
-	  CHROMIUM=$(CHROMIUM) $(BIN)/pytest -p no:cacheprovider tests; \
+	  CHROMIUM=$(CHROMIUM) $(BIN)/pytest -p no:cacheprovider --durations=40 tests; \
 	status=$$?; if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
 
 bench: install-dev

@@ -1,14 +1,13 @@
 """Live alerts for the on-call page: every `alerts.changed` event as it happens."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
+from controlplane.lib.consumers import EventConsumer
 
 FORBIDDEN = 4403
 
 
-class AlertEventsConsumer(AsyncJsonWebsocketConsumer):
+class AlertEventsConsumer(EventConsumer):
     """Joins the alerts group; any signed-in role may watch."""
 
     async def connect(self):

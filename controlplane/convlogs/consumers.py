@@ -1,14 +1,13 @@
 """Live conversation-log analysis progress for the dashboard."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
+from controlplane.lib.consumers import EventConsumer
 
 FORBIDDEN = 4403
 
 
-class LogAnalysisEventsConsumer(AsyncJsonWebsocketConsumer):
+class LogAnalysisEventsConsumer(EventConsumer):
     """Joins the conversation logs group; any signed-in role may watch."""
 
     async def connect(self):

@@ -1,14 +1,13 @@
 """Live intent model training progress for the dashboard."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
+from controlplane.lib.consumers import EventConsumer
 
 FORBIDDEN = 4403
 
 
-class IntentModelEventsConsumer(AsyncJsonWebsocketConsumer):
+class IntentModelEventsConsumer(EventConsumer):
     """Joins the intent models group; any signed-in role may watch."""
 
     async def connect(self):

@@ -2,10 +2,9 @@
 
 import json
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
+from controlplane.lib.consumers import EventConsumer
 from controlplane.metrics.coalescing import LiveSampleCoalescer, receipt_seq
 
 FORBIDDEN = 4403
@@ -13,7 +12,7 @@ FORBIDDEN = 4403
 MAX_RECEIPT_CHARS = 200
 
 
-class MetricsConsumer(AsyncJsonWebsocketConsumer):
+class MetricsConsumer(EventConsumer):
     """Joins the fleet's metrics group, or the pool's or node's the URL names; any signed-in role may watch.
 
     Samples go through the connection's coalescer (`controlplane/metrics/coalescing.py`): sent while the browser

@@ -5,11 +5,11 @@ import logging
 
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from controlplane.lib import loop_health, realtime, throttling
+from controlplane.lib.consumers import EventConsumer
 from controlplane.metrics.services.ingest import sample_ingestor
 from controlplane.nodes.ack_batcher import Ack, ack_batcher, seen_batcher, warmup_batcher
 from controlplane.nodes.services import agent_policy, agent_sessions, cleanup, speculation
@@ -36,7 +36,7 @@ RECONCILE_ON_FAILURE = frozenset({"hello", "ack", "nack", "command_progress", "c
 loop_health.loop_register(LOOP, description="agents' messages over their WebSocket (hello, heartbeats, ACK/NACK, ...)")
 
 
-class AgentConsumer(AsyncJsonWebsocketConsumer):
+class AgentConsumer(EventConsumer):
     """One connection per engine node; the consumer forwards, the agent_sessions services decide."""
 
     node_id: int | None = None

@@ -1,14 +1,13 @@
 """Live pool events for the dashboard: releases and node changes (rollout progress) as they happen."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
+from controlplane.lib.consumers import EventConsumer
 
 FORBIDDEN = 4403
 
 
-class PoolEventsConsumer(AsyncJsonWebsocketConsumer):
+class PoolEventsConsumer(EventConsumer):
     """Joins the fleet group, or one pool's group when the URL names a pool."""
 
     async def connect(self):

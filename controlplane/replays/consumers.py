@@ -1,14 +1,13 @@
 """Live progress of replay runs for the dashboard: one run's page, or the run list."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
+from controlplane.lib.consumers import EventConsumer
 from controlplane.replays.realtime import replay_group, replays_group
 
 FORBIDDEN = 4403
 
 
-class ReplayEventsConsumer(AsyncJsonWebsocketConsumer):
+class ReplayEventsConsumer(EventConsumer):
     """Joins one run's group (`ws/replays/<id>/`) or the list's (`ws/replays/`); any signed-in role may watch."""
 
     async def connect(self):

@@ -1,14 +1,13 @@
 """Live progress of tuning studies for the dashboard: one study's page, or the study list."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from controlplane.accounts.roles import Action
+from controlplane.lib.consumers import EventConsumer
 from controlplane.tuning.realtime import studies_group, study_group
 
 FORBIDDEN = 4403
 
 
-class TuningEventsConsumer(AsyncJsonWebsocketConsumer):
+class TuningEventsConsumer(EventConsumer):
     """Joins one study's group (`ws/tuning/<id>/`) or the list's (`ws/tuning/`); any signed-in role may watch."""
 
     async def connect(self):

@@ -237,6 +237,27 @@ def test_rollback_ends_the_rollout(canary, sre):
     assert rollout.state == Rollout.State.ABORTED and "not today" in rollout.outcome
 
 
+def test_stages_take_connected_nodes_first_then_by_name(sre):
+    """A disconnected node cannot ACK or report, so a stage takes connected nodes first; within each, by name."""
+    staging, _ = pools(sre)
+    Pool.objects.filter(pk=staging.pk).update(canary_stages=[{"nodes": 1}, {"nodes": 3}, {"percent": 100}])
+    _, (v1, v2) = template_with_versions(sre, temperatures=(0.3, 0.2))
+    pool_publish(actor=sre, pool=staging, version=v1, reason="first")
+    for name in ("gpu-e", "gpu-a", "gpu-d", "gpu-b", "gpu-c"):
+        node_create(actor=sre, name=name, pool=staging)
+    EngineNode.objects.update(applied_hash=v1.content_hash, applied_version=v1)
+    EngineNode.objects.filter(name__in=["gpu-c", "gpu-e"]).update(is_connected=True)
+    pool_publish(actor=sre, pool=Pool.objects.get(pk=staging.pk), version=v2, reason="cooler")
+    rollout = Rollout.objects.get(pool=staging)
+    assert rollout.stage_nodes == [["gpu-c"]]
+    rollouts.rollout_promote(actor=sre, rollout=rollout, reason="next")
+    rollout.refresh_from_db()
+    assert rollout.stage_nodes == [["gpu-c"], ["gpu-e", "gpu-a"]]  # the other connected one, then the first by name
+    rollouts.rollout_promote(actor=sre, rollout=rollout, reason="all")
+    rollout.refresh_from_db()
+    assert rollout.stage_nodes[-1] == ["gpu-b", "gpu-d"]
+
+
 def test_single_node_pool_and_disabled_canary_publish_to_everyone(sre):
     staging, _ = pools(sre)
     _, (v1, v2, v3) = template_with_versions(sre, temperatures=(0.3, 0.2, 0.1))

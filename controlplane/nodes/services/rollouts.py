@@ -109,10 +109,12 @@ def rollout_first_stage(*, pool: Pool) -> list[EngineNode]:
     no earlier version, fewer than two nodes, or a first stage that already covers the pool)."""
     if pool.desired_version_id is None:
         return []
-    nodes = _candidates(pool, exclude=set())
-    if len(nodes) < 2 or stage_size(pool.canary_stages[0], len(nodes)) >= len(nodes):
+    # Counted first: a publish to a pool whose first stage covers it (often thousands of nodes) loads no node.
+    total = pool.nodes.count()
+    size = stage_size(pool.canary_stages[0], total) if total else 0
+    if total < 2 or size >= total:
         return []
-    return nodes[: stage_size(pool.canary_stages[0], len(nodes))]
+    return _candidates(pool, exclude=set(), limit=size)
 
 
 def rollout_begin(*, release: PoolRelease, first_stage: list[EngineNode], actor) -> Rollout:
@@ -139,10 +141,11 @@ def rollout_end_active(*, pool: Pool, state: str, outcome: str) -> Rollout | Non
     return rollout
 
 
-def _candidates(pool: Pool, exclude: set[str]) -> list[EngineNode]:
-    """Nodes that may join a stage: connected ones first (they ACK and report), then by name."""
-    nodes = [n for n in pool.nodes.order_by("name") if n.name not in exclude]
-    return sorted(nodes, key=lambda n: not n.is_connected)
+def _candidates(pool: Pool, exclude: set[str], limit: int) -> list[EngineNode]:
+    """The first `limit` nodes that may join a stage: connected ones first (they ACK and report), then by name."""
+    if limit <= 0:
+        return []
+    return list(pool.nodes.exclude(name__in=exclude).order_by("-is_connected", "name")[:limit])
 
 
 # --- SRE actions ----------------------------------------------------------------------------------------
@@ -334,7 +337,7 @@ def _promote(rollout: Rollout, evidence: dict) -> None:
     while index < len(rollout.stages) - 1 and stage_size(rollout.stages[index], total) <= len(covered):
         index += 1
     size = total if index >= len(rollout.stages) - 1 else stage_size(rollout.stages[index], total)
-    added = _candidates(pool, exclude=covered)[: size - len(covered)]
+    added = _candidates(pool, exclude=covered, limit=size - len(covered))
     rollout.evidence = [*rollout.evidence, evidence]
     rollout.stage_index = min(index, len(rollout.stages) - 1)
     rollout.stage_nodes = [*rollout.stage_nodes, [node.name for node in added]]
