@@ -5,6 +5,8 @@ from typing import TypedDict
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from controlplane.lib import event_sequence
+
 
 def fleet_group() -> str:
     return "fleet"
@@ -31,12 +33,19 @@ class PoolReleased(TypedDict):
     at: str
 
 
+def is_sequenced(group: str) -> bool:
+    """The groups whose events change a page's state rather than carry all of it: their events are numbered."""
+    return group in (fleet_group(), alerts_group()) or group.startswith(pool_group(""))
+
+
 def send(groups: list[str], event: dict) -> None:
+    """Send `event` to each group; events to the fleet, pool and alerts groups are numbered (event_sequence.py)."""
     layer = get_channel_layer()
     if layer is None:
         return
     for group in groups:
-        async_to_sync(layer.group_send)(group, event)
+        number = event_sequence.next_number(group) if is_sequenced(group) else None
+        async_to_sync(layer.group_send)(group, event_sequence.stamped(group, event, number))
 
 
 async def send_async(groups: list[str], event: dict) -> None:
@@ -45,7 +54,8 @@ async def send_async(groups: list[str], event: dict) -> None:
     if layer is None:
         return
     for group in groups:
-        await layer.group_send(group, event)
+        number = await event_sequence.next_number_async(group) if is_sequenced(group) else None
+        await layer.group_send(group, event_sequence.stamped(group, event, number))
 
 
 def agents_group(pool_name: str) -> str:
