@@ -13,7 +13,7 @@ from controlplane.lib.serializers import validated
 from controlplane.nodes import selectors, serializers
 from controlplane.nodes.gate import version_gate
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
-from controlplane.nodes.services import cleanup, rollouts
+from controlplane.nodes.services import canary_settings, cleanup, rollouts
 from controlplane.nodes.services import engine_nodes as services
 from controlplane.nodes.waiting import PoolContext
 from controlplane.params.selectors import template_get, template_version_get
@@ -200,7 +200,7 @@ class PoolCanary(APIView):
     def patch(self, request, name):
         pool = generics.get_object_or_404(Pool, name=name)
         data = validated(serializers.CanarySettingsSerializer, request.data)
-        pool = rollouts.pool_canary_update(
+        pool = canary_settings.pool_canary_update(
             actor=request.user,
             pool=pool,
             canary_stages=data.get("canary_stages", pool.canary_stages),

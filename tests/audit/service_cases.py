@@ -9,7 +9,7 @@ from controlplane.catalog import services as catalog
 from controlplane.convlogs.services import analyses as log_analyses
 from controlplane.convlogs.services import logs as conversation_logs
 from controlplane.datasets.services import datasets, releases, training, warmup
-from controlplane.nodes.services import cleanup, client_keys, engine_nodes, rollouts
+from controlplane.nodes.services import canary_settings, cleanup, client_keys, engine_nodes, rollouts
 from controlplane.nodes.services import pools as nodes
 from controlplane.operations import degradation
 from controlplane.operations import services as operations
@@ -410,11 +410,11 @@ CASES: dict[str, Case] = {
         "weekly release",
         lambda w: nodes.pool_publish(actor=w["admin"], pool=w["staging"], version=w["v1"], reason="weekly release"),
     ),
-    "controlplane.nodes.services.rollouts.pool_canary_update": Case(
+    "controlplane.nodes.services.canary_settings.pool_canary_update": Case(
         "pool.canary_update",
         "sre",
         "two stages are enough here",
-        lambda w: rollouts.pool_canary_update(
+        lambda w: canary_settings.pool_canary_update(
             actor=w["sre"],
             pool=w["staging"],
             canary_stages=[{"nodes": 1}, {"percent": 100}],

@@ -13,8 +13,8 @@ from controlplane.alerts.evaluation import evaluate_claimed
 from controlplane.alerts.models import EvaluatorLease
 from controlplane.metrics.models import MetricSample
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
+from controlplane.nodes.services.canary_settings import pool_canary_update
 from controlplane.nodes.services.engine_nodes import node_create
-from controlplane.nodes.services.rollouts import pool_canary_update
 from controlplane.params.models import ParameterTemplate
 from controlplane.params.services.templates import template_version_create
 from tests.alerts.conftest import blank_sample

@@ -14,9 +14,10 @@ import pytest
 
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, Pool, Rollout
+from controlplane.nodes.services.canary_settings import pool_canary_update
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.nodes.services.rollouts import pool_canary_update, rollouts_analyse
+from controlplane.nodes.services.rollouts import rollouts_analyse
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import AgentProcess, Traffic, log_tail, wait_until
 from tests.live_server import daphnes

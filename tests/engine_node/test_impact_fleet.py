@@ -25,9 +25,9 @@ import pytest
 from controlplane.impact.models import ImpactRecord
 from controlplane.impact.services import impact_records_measure_due
 from controlplane.nodes.models import EngineNode
+from controlplane.nodes.services.canary_settings import pool_canary_update
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.nodes.services.rollouts import pool_canary_update
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import TEST_CLIENT_KEY, AgentProcess, wait_until
 from tests.live_server import ROOT, Daphne

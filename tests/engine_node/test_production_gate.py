@@ -15,9 +15,9 @@ from controlplane.audit.models import AuditEntry
 from controlplane.nodes.exceptions import ProductionGateClosed
 from controlplane.nodes.models import EngineNode, Pool, VersionRun
 from controlplane.nodes.selectors import node_summary
+from controlplane.nodes.services.canary_settings import pool_canary_update
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
-from controlplane.nodes.services.rollouts import pool_canary_update
 from controlplane.nodes.services.version_runs import version_runs_watch
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until

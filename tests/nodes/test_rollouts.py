@@ -11,7 +11,7 @@ from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import SAMPLE_WINDOW_S
 from controlplane.nodes.models import EngineNode, Pool, Rollout
 from controlplane.nodes.selectors import node_desired_version
-from controlplane.nodes.services import agent_sessions, rollouts
+from controlplane.nodes.services import agent_sessions, canary_settings, rollouts
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish, pool_rollback
 from tests.factories import pools, template_with_versions
@@ -265,7 +265,7 @@ def test_single_node_pool_and_disabled_canary_publish_to_everyone(sre):
     node_create(actor=sre, name="gpu-1", pool=staging)
     pool_publish(actor=sre, pool=Pool.objects.get(pk=staging.pk), version=v2, reason="one node")
     node_create(actor=sre, name="gpu-2", pool=staging)
-    rollouts.pool_canary_update(
+    canary_settings.pool_canary_update(
         actor=sre, pool=staging, canary_stages=[{"percent": 100}], analysis_window_s=60, reason="no canary here"
     )
     pool_publish(actor=sre, pool=Pool.objects.get(pk=staging.pk), version=v3, reason="two nodes, no canary")
@@ -280,4 +280,6 @@ def test_single_node_pool_and_disabled_canary_publish_to_everyone(sre):
 def test_bad_stages_are_refused(sre, stages):
     staging, _ = pools(sre)
     with pytest.raises(InvalidField):
-        rollouts.pool_canary_update(actor=sre, pool=staging, canary_stages=stages, analysis_window_s=60, reason="x")
+        canary_settings.pool_canary_update(
+            actor=sre, pool=staging, canary_stages=stages, analysis_window_s=60, reason="x"
+        )

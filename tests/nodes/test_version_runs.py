@@ -20,9 +20,9 @@ from controlplane.nodes.exceptions import ProductionGateClosed
 from controlplane.nodes.gate import version_gate
 from controlplane.nodes.models import EngineNode, Pool, VersionRun
 from controlplane.nodes.services import agent_sessions
+from controlplane.nodes.services.canary_settings import pool_canary_update
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish
-from controlplane.nodes.services.rollouts import pool_canary_update
 from controlplane.nodes.services.version_runs import version_runs_watch
 from tests.alerts.conftest import blank_sample
 from tests.factories import pools, template_with_versions

@@ -209,11 +209,11 @@ def pool_rollout_action(request, name):
 def pool_canary(request, name):
     """Change the pool's canary stages (`1, 25%, 100%`) and analysis window for its next publishes, and (a
     non-production pool) how long a version must run healthy on one of its nodes before production may get it."""
-    from controlplane.nodes.services import rollouts
+    from controlplane.nodes.services import canary_settings
 
     pool = get_object_or_404(Pool, name=name)
     try:
-        rollouts.pool_canary_update(
+        canary_settings.pool_canary_update(
             actor=request.user,
             pool=pool,
             canary_stages=stages_parse(request.POST.get("stages", "")),
