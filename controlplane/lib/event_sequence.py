@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import threading
+import weakref
 from collections import defaultdict
 
 from django.conf import settings
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 _local_counters: dict[str, itertools.count] = defaultdict(lambda: itertools.count(1))
 _local_lock = threading.Lock()
 _sync_client = None
-_async_clients: dict[asyncio.AbstractEventLoop, object] = {}
+# One client per event loop (daphne runs one; a closed loop's entry goes with the loop).
+_async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _key(group: str) -> str:
