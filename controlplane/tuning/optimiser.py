@@ -1,7 +1,8 @@
 """The optimiser behind a study: an in-memory Optuna study rebuilt from our finished trials, asked for the next one.
 
 Optuna's own storage is not used: our TuningTrial rows are the record, so a study whose worker died resumes from
-them with the same sampler state it would have had (samplers are seeded; TPE sees the same history).
+them (samplers are seeded; TPE sees the measured history; the re-proposals of measured points that `ask_unmeasured`
+answered from the record are not rows and are not replayed).
 """
 
 import logging
@@ -15,6 +16,9 @@ from controlplane.tuning.space import Dimension, Objective
 
 # One constraint, the SLO: Optuna counts a trial feasible when every constraint value is 0 or less.
 SLO = "slo"
+# How many proposals of points already measured in a row are answered from the record before the point proposed is
+# measured again (the sampler insists: it has converged there).
+MAX_REPROPOSALS = 50
 optuna.logging.set_verbosity(logging.WARNING)
 
 
@@ -128,6 +132,25 @@ class Optimiser:
         """The next candidate: Optuna's trial (to tell) and the field values to try."""
         trial = self.study.ask(self.distributions)
         return trial, from_sampler(self.dims, trial.params)
+
+    def point(self, values: Mapping[str, object]) -> tuple:
+        """A candidate's identity: its field values in the dimensions' order."""
+        return tuple(values[d.path] for d in self.dims)
+
+    def ask_unmeasured(self, measured: Mapping[tuple, tuple[float, bool]]) -> tuple[optuna.trial.Trial, dict]:
+        """The next candidate whose point is not in `measured` ({point: (value, is_feasible)}).
+
+        In a small discrete space (a 4 x 4 grid of engine fields) TPE proposes points it has already seen, and a
+        study that replays each again spends its budget learning nothing it did not know. A point already measured
+        that the sampler proposes is told its recorded measurement at once (no replay, no trial row) and the sampler
+        asked again; only after MAX_REPROPOSALS such proposals in a row is a measured point tried again."""
+        for _ in range(MAX_REPROPOSALS):
+            trial, values = self.ask()
+            earlier = measured.get(self.point(values))
+            if earlier is None:
+                return trial, values
+            self.tell(trial, value=earlier[0], is_feasible=earlier[1])
+        return self.ask()
 
     def tell(self, trial: optuna.trial.Trial, *, value: float | None, is_feasible: bool) -> None:
         if value is None:
