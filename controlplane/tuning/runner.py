@@ -101,7 +101,7 @@ def study_run(study_id: int) -> None:
         history = _history(study)
         optimiser.replay_history(history)
         # Measured points, the latest measurement of each: a point the sampler proposes again is not replayed again.
-        measured = {
+        measured_points = {
             optimiser.point(t["params"]): (t["value"], t["is_feasible"])
             for t in history
             if t["state"] == TuningTrial.State.COMPLETE and t["value"] is not None
@@ -109,7 +109,7 @@ def study_run(study_id: int) -> None:
         while study.trials.count() < study.budget and not optimiser.is_exhausted():
             if _cancelled(study_id):
                 raise StudyCancelled
-            ask, values = optimiser.ask_unmeasured(measured)
+            ask, values = optimiser.ask_unmeasured(measured_points)
             trial = TuningTrial.objects.create(study=study, number=study.trials.count() + 1, params=values)
             study_progress(study_id)
             try:
@@ -119,7 +119,7 @@ def study_run(study_id: int) -> None:
                 raise
             optimiser.tell(ask, value=trial.value if trial.state == "complete" else None, is_feasible=trial.is_feasible)
             if trial.state == TuningTrial.State.COMPLETE and trial.value is not None:
-                measured[optimiser.point(values)] = (trial.value, trial.is_feasible)
+                measured_points[optimiser.point(values)] = (trial.value, trial.is_feasible)
             _record_progress(study)
         measured = study.trials.filter(state=TuningTrial.State.COMPLETE).exists()
         if not measured and study.trials.exists():
