@@ -345,27 +345,37 @@ def verdict(w, grid: list[dict], tpe: list[dict], grid_size: int, seed: int, arg
         print("\nno feasible grid point: widen the ranges or lower --qps")
         return None
     best = min(feasible(grid), key=lambda t: t["value"])
-    near = best["value"] * (1 + WITHIN)
     print(f"\ngrid's best as measured: {best['value']:.3f} s at {point(best)} (trial {best['number']})")
-    claims = [t for t in feasible(tpe) if t["value"] <= near]
+    # The bar comes from the grid's best point measured again, not from its first pass: the lowest of 16 noisy first
+    # readings is likely a low draw, and a bar set by it is one no other point's reading comes within (seed 0 on
+    # 2026-12-01: 0.892 s first pass, 1.088 s confirmed; TPE's readings of (16, 64) at ~1.0 s never counted).
+    first = confirm(w, point(best), seed, args)
+    if first["value"] is None:
+        print("the grid's best point missed the constraints when confirmed: no verdict")
+        return None
+    base, replays = first["value"], list(first["values"])
+    if not best["value"] / 1.5 <= base <= best["value"] * 1.5:
+        # More than 50 % from the first pass: one of the two caught a stall of the machine (seed 2 on 2026-12-01:
+        # 0.876 s, then 3.047 s). Once more, and the median of the three readings.
+        again = confirm(w, point(best), seed, args)
+        readings = [v for v in (best["value"], base, again["value"]) if v is not None]
+        base, replays = statistics.median(readings), replays + list(again["values"])
+        print(f"its confirmation was {first['value']:.3f} s, measured again: {fmt(readings)}; median {base:.3f} s")
+    bar = base * (1 + WITHIN)
+    claims = [t for t in feasible(tpe) if t["value"] <= bar]
     raw = claims[0]["number"] if claims else None
     print(
-        f"TPE trials claiming <= {near:.3f} s ({WITHIN:.0%} above it): "
+        f"TPE trials claiming <= {bar:.3f} s ({WITHIN:.0%} above its confirmation {base:.3f} s): "
         + (", ".join(f"{t['number']} {point(t)} {t['value']:.3f}" for t in claims) or "none")
     )
     if raw is not None:
         print(f"unconfirmed reading: first claim at trial {raw} = {raw / grid_size:.2f} of the grid's trials")
-    # The points to confirm: the grid's best, then each claimed point in trial order (or TPE's best if none claims).
+    # The points to confirm: each claimed point in trial order (or TPE's best if none claims).
     candidates = [point(t) for t in claims]
     if not candidates and feasible(tpe):
         candidates = [point(min(feasible(tpe), key=lambda t: t["value"]))]
     todo = list(dict.fromkeys(c for c in candidates if c != point(best)))
-    confirmed = {point(best): confirm(w, point(best), seed, args)}
-    base = confirmed[point(best)]["value"]
-    if base is None:
-        print("the grid's best point missed the constraints when confirmed: no verdict")
-        return None
-    bar = base * (1 + WITHIN)
+    confirmed = {point(best): {"value": base, "values": replays}}
     for at in todo[: args.max_confirm]:
         confirmed[at] = confirm(w, at, seed, args)
         if confirmed[at]["value"] is not None and confirmed[at]["value"] <= bar:
