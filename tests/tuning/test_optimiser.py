@@ -151,26 +151,30 @@ def test_a_history_in_field_values_is_told_to_the_sampler_as_indices():
     assert study.ask()[1]["engine.max_num_seqs"] in (2, 4, 8, 16)
 
 
+BOWL_DIMS = search.space_check(
+    [
+        {"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4, 8, 16]},
+        {"path": "engine.max_num_batched_tokens", "type": "choice", "choices": [8, 16, 32, 64]},
+    ],
+    sampler="tpe",
+)
+
+
+def bowl(params) -> float:
+    """A smooth 4 x 4 bowl whose best is the corner (16, 64), as on the bench."""
+    return (
+        1
+        + 0.3 * (4 - math.log2(params["engine.max_num_seqs"])) ** 2
+        + 0.2 * (6 - math.log2(params["engine.max_num_batched_tokens"])) ** 2
+    )
+
+
 def test_an_ordered_choice_lets_tpe_find_the_corner_of_a_smooth_grid_sooner_than_categories():
     """The reason for the order: on a smooth 4 x 4 bowl whose best is a corner (as (16, 64) on the bench), TPE
     reaches within 5 % of the best in at most 8 of 16 trials for more seeds when it sees the values' order."""
-    dims = search.space_check(
-        [
-            {"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4, 8, 16]},
-            {"path": "engine.max_num_batched_tokens", "type": "choice", "choices": [8, 16, 32, 64]},
-        ],
-        sampler="tpe",
-    )
-
-    def bowl(params) -> float:
-        return (
-            1
-            + 0.3 * (4 - math.log2(params["engine.max_num_seqs"])) ** 2
-            + 0.2 * (6 - math.log2(params["engine.max_num_batched_tokens"])) ** 2
-        )
 
     def reached_by_8(seed: int) -> bool:
-        study = Optimiser(objective="min_p99", sampler="tpe", dims=dims, seed=seed)
+        study = Optimiser(objective="min_p99", sampler="tpe", dims=BOWL_DIMS, seed=seed)
         for _ in range(8):
             trial, params = study.ask()
             study.tell(trial, value=bowl(params), is_feasible=True)
@@ -197,24 +201,6 @@ def test_an_ordered_choice_of_one_value_asks_that_value(sampler):
     assert params == {"engine.max_num_seqs": 16}
     study.tell(trial, value=1.0, is_feasible=True)
     assert study.is_exhausted() == (sampler == "grid")
-
-
-BOWL_DIMS = search.space_check(
-    [
-        {"path": "engine.max_num_seqs", "type": "choice", "choices": [2, 4, 8, 16]},
-        {"path": "engine.max_num_batched_tokens", "type": "choice", "choices": [8, 16, 32, 64]},
-    ],
-    sampler="tpe",
-)
-
-
-def bowl(params) -> float:
-    """A smooth 4 x 4 bowl whose best is the corner (16, 64), as on the bench."""
-    return (
-        1
-        + 0.3 * (4 - math.log2(params["engine.max_num_seqs"])) ** 2
-        + 0.2 * (6 - math.log2(params["engine.max_num_batched_tokens"])) ** 2
-    )
 
 
 def measured_points(seed: int, trials: int, *, skip_measured: bool) -> list[tuple]:
