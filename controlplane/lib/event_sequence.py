@@ -18,7 +18,11 @@ import threading
 import weakref
 from collections import defaultdict
 
+import redis
+import redis.asyncio
 from django.conf import settings
+
+from controlplane.lib.redis_keys import control_plane_key
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +34,7 @@ _async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _key(group: str) -> str:
-    return f"{settings.CHANNEL_LAYERS['default'].get('CONFIG', {}).get('prefix', 'cp')}:event-seq:{group}"
+    return control_plane_key(f"event-seq:{group}")
 
 
 def _local_next(group: str) -> int:
@@ -47,8 +51,6 @@ def next_number(group: str) -> int | None:
     if not settings.REDIS_URL:
         return _local_next(group)
     global _sync_client
-    import redis
-
     try:
         if _sync_client is None:
             _sync_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
@@ -62,9 +64,6 @@ async def next_number_async(group: str) -> int | None:
     """The same from an event loop, with a client of that loop."""
     if not settings.REDIS_URL:
         return _local_next(group)
-    import redis
-    import redis.asyncio
-
     loop = asyncio.get_running_loop()
     try:
         client = _async_clients.get(loop)

@@ -17,16 +17,16 @@ import json
 import time
 
 import redis.asyncio as redis
-from django.conf import settings
+
+from controlplane.lib.redis_keys import control_plane_key
 
 KEY_TTL_S = 60  # the hash outlives no process by more than a minute
 DELETE_AFTER_S = 60.0  # an entry this old belongs to a node no process has heard from for a minute
 
 
 def shared_key() -> str:
-    """One hash per control plane: named with the channel layer's prefix, as its groups are."""
-    prefix = settings.CHANNEL_LAYERS["default"].get("CONFIG", {}).get("prefix", "cp")
-    return f"{prefix}:metrics:latest"
+    """One hash per control plane."""
+    return control_plane_key("metrics:latest")
 
 
 class SharedLatest:
