@@ -6,6 +6,8 @@ answered from the record are not rows and are not replayed).
 """
 
 import logging
+import math
+import random
 from collections.abc import Mapping, Sequence
 
 import optuna
@@ -19,6 +21,10 @@ SLO = "slo"
 # How many proposals of points already measured in a row are answered from the record before the point proposed is
 # measured again (the sampler insists: it has converged there).
 MAX_REPROPOSALS = 50
+# TPE's start: this many trials from a Latin hypercube before the model guides (docs/tuning.md), and how many
+# candidates it draws from its model of the good trials to choose each proposal from (Optuna's default is 24).
+STARTUP_TRIALS = 3
+EI_CANDIDATES = 100
 optuna.logging.set_verbosity(logging.WARNING)
 
 
@@ -93,9 +99,48 @@ def sampler_for(name: str, dims: Sequence[Dimension], seed: int) -> optuna.sampl
         return StudyGridSampler(grid_space(dims), seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    # A few random trials first, then TPE (constraint-aware: it reads each trial's SLO constraint); small budgets are
-    # the point of a study, so the start-up is short.
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
+    # A few start-up trials first (the Optimiser enqueues a Latin hypercube for them), then TPE (constraint-aware:
+    # it reads each trial's SLO constraint); small budgets are the point of a study, so the start-up is short.
+    return optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=STARTUP_TRIALS, n_ei_candidates=EI_CANDIDATES, multivariate=True
+    )
+
+
+def latin_hypercube(dists: Mapping[str, object], count: int, seed: int) -> list[dict]:
+    """`count` seeded points, in the sampler's terms, that split every field's range into `count` equal strata and
+    put one point in each (a Latin hypercube): each field's low, middle and high third is tried once, where random
+    start-up trials may try 8 sequences three times and 16 never. A float or an int takes a random place within its
+    stratum (on the log scale when the field is searched on it); a choice of words or flags takes the stratum's."""
+    rng = random.Random(f"latin-hypercube:{seed}")
+    strata = {}
+    for path in dists:
+        order = list(range(count))
+        rng.shuffle(order)
+        strata[path] = order
+    points = []
+    for k in range(count):
+        point = {}
+        for path, dist in dists.items():
+            u = (strata[path][k] + rng.random()) / count
+            point[path] = _place(dist, u)
+        points.append(point)
+    return points
+
+
+def _place(dist, u: float):
+    """The value at quantile `u` (0 <= u < 1) of a distribution's range."""
+    if isinstance(dist, CategoricalDistribution):
+        return dist.choices[min(len(dist.choices) - 1, int(u * len(dist.choices)))]
+    low, high = dist.low, dist.high
+    value = math.exp(math.log(low) + u * (math.log(high) - math.log(low))) if dist.log else low + u * (high - low)
+    if isinstance(dist, IntDistribution):
+        step = dist.step
+        slots = (high - low) // step + 1
+        index = int(u * slots) if not dist.log else round((value - low) / step)
+        return min(high, low + step * min(slots - 1, index))
+    if dist.step is not None:
+        value = low + dist.step * round((value - low) / dist.step)
+    return min(high, max(low, value))
 
 
 class Optimiser:
@@ -107,6 +152,10 @@ class Optimiser:
         self.study = optuna.create_study(
             direction=Objective.DIRECTION[objective], sampler=sampler_for(sampler, self.dims, seed)
         )
+        # TPE's start-up trials: the design's points in order, each tried once (measured or failed), resumed from
+        # the history after a restart; then the model guides.
+        self._design = latin_hypercube(self.distributions, STARTUP_TRIALS, seed) if sampler == "tpe" else []
+        self._tried: set[tuple] = set()
 
     def replay_history(self, trials: Sequence[Mapping]) -> None:
         """Feed finished trials back ({params, value, is_feasible, state}); a failed one counts as failed."""
@@ -122,6 +171,7 @@ class Optimiser:
             else:
                 frozen = create_trial(params=params, distributions=self.distributions, state=TrialState.FAIL)
             self.study.add_trial(frozen)
+            self._tried.add(self.point(trial["params"]))
 
     def is_exhausted(self) -> bool:
         """Whether a grid has no point left (a grid study ends there, whatever its budget)."""
@@ -129,7 +179,12 @@ class Optimiser:
         return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(self.study)
 
     def ask(self) -> tuple[optuna.trial.Trial, dict]:
-        """The next candidate: Optuna's trial (to tell) and the field values to try."""
+        """The next candidate: Optuna's trial (to tell) and the field values to try; a start-up design point first
+        while one is untried."""
+        for params in self._design:
+            if self.point(from_sampler(self.dims, params)) not in self._tried:
+                self.study.enqueue_trial(params)
+                break
         trial = self.study.ask(self.distributions)
         return trial, from_sampler(self.dims, trial.params)
 
@@ -153,6 +208,7 @@ class Optimiser:
         return self.ask()
 
     def tell(self, trial: optuna.trial.Trial, *, value: float | None, is_feasible: bool) -> None:
+        self._tried.add(self.point(from_sampler(self.dims, trial.params)))
         if value is None:
             self.study.tell(trial, state=TrialState.FAIL)
             return
