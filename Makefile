@@ -73,6 +73,7 @@ bench: install-dev
 	$(BIN)/python bench/suggestions.py
 	$(BIN)/python bench/replay_comparison.py
 	$(BIN)/python bench/impact_conclusions.py
+	$(BIN)/python bench/tuning_sampler.py
 	$(BIN)/python bench/tuning.py
 
 clean:

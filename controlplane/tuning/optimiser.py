@@ -9,6 +9,7 @@ import logging
 import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
@@ -21,10 +22,21 @@ SLO = "slo"
 # How many proposals of points already measured in a row are answered from the record before the point proposed is
 # measured again (the sampler insists: it has converged there).
 MAX_REPROPOSALS = 50
-# TPE's start: this many trials from a Latin hypercube before the model guides (docs/tuning.md), and how many
-# candidates it draws from its model of the good trials to choose each proposal from (Optuna's default is 24).
-STARTUP_TRIALS = 3
-EI_CANDIDATES = 100
+
+
+@dataclass(frozen=True)
+class TpeSettings:
+    """How TPE starts and proposes: `startup_trials` before the model guides, from a seeded Latin hypercube
+    (`latin`) or drawn at random (Optuna's own start-up); each proposal the best of `ei_candidates` drawn from the
+    model of the good trials (Optuna's default is 24). The product's are TPE below (docs/tuning.md);
+    bench/tuning_sampler.py compares others on model landscapes."""
+
+    startup_trials: int = 3
+    latin: bool = True
+    ei_candidates: int = 100
+
+
+TPE = TpeSettings()
 optuna.logging.set_verbosity(logging.WARNING)
 
 
@@ -93,7 +105,7 @@ class StudyGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def sampler_for(name: str, dims: Sequence[Dimension], seed: int) -> optuna.samplers.BaseSampler:
+def sampler_for(name: str, dims: Sequence[Dimension], seed: int, tpe: TpeSettings = TPE) -> optuna.samplers.BaseSampler:
     """`tpe` (constraint-aware), `random`, or `grid` over every dimension's grid values, in a seeded order."""
     if name == "grid":
         return StudyGridSampler(grid_space(dims), seed=seed)
@@ -102,7 +114,7 @@ def sampler_for(name: str, dims: Sequence[Dimension], seed: int) -> optuna.sampl
     # A few start-up trials first (the Optimiser enqueues a Latin hypercube for them), then TPE (constraint-aware:
     # it reads each trial's SLO constraint); small budgets are the point of a study, so the start-up is short.
     return optuna.samplers.TPESampler(
-        seed=seed, n_startup_trials=STARTUP_TRIALS, n_ei_candidates=EI_CANDIDATES, multivariate=True
+        seed=seed, n_startup_trials=tpe.startup_trials, n_ei_candidates=tpe.ei_candidates, multivariate=True
     )
 
 
@@ -146,15 +158,16 @@ def _place(dist, u: float):
 class Optimiser:
     """Ask for a candidate; tell its measured value (or its failure). One per run of a study's task."""
 
-    def __init__(self, *, objective: str, sampler: str, dims: Sequence[Dimension], seed: int):
+    def __init__(self, *, objective: str, sampler: str, dims: Sequence[Dimension], seed: int, tpe: TpeSettings = TPE):
         self.dims = list(dims)
         self.distributions = distributions(self.dims)
         self.study = optuna.create_study(
-            direction=Objective.DIRECTION[objective], sampler=sampler_for(sampler, self.dims, seed)
+            direction=Objective.DIRECTION[objective], sampler=sampler_for(sampler, self.dims, seed, tpe)
         )
         # TPE's start-up trials: the design's points in order, each tried once (measured or failed), resumed from
         # the history after a restart; then the model guides.
-        self._design = latin_hypercube(self.distributions, STARTUP_TRIALS, seed) if sampler == "tpe" else []
+        is_latin = sampler == "tpe" and tpe.latin
+        self._design = latin_hypercube(self.distributions, tpe.startup_trials, seed) if is_latin else []
         self._tried: set[tuple] = set()
 
     def replay_history(self, trials: Sequence[Mapping]) -> None:

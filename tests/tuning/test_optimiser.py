@@ -248,7 +248,7 @@ def test_tpe_starts_from_a_seeded_latin_hypercube():
         study = Optimiser(objective="min_p99", sampler="tpe", dims=BOWL_DIMS, seed=seed)
         design = [optimiser.from_sampler(BOWL_DIMS, p) for p in optimiser.latin_hypercube(study.distributions, 3, seed)]
         asked = []
-        for _ in range(optimiser.STARTUP_TRIALS):
+        for _ in range(optimiser.TPE.startup_trials):
             trial, params = study.ask_unmeasured({})
             study.tell(trial, value=bowl(params), is_feasible=True)
             asked.append(params)
@@ -263,7 +263,9 @@ def test_tpe_starts_from_a_seeded_latin_hypercube():
 
 def test_a_resumed_study_continues_its_start_up_design_and_a_failed_design_point_is_not_retried():
     design = optimiser.latin_hypercube(
-        Optimiser(objective="min_p99", sampler="tpe", dims=BOWL_DIMS, seed=3).distributions, optimiser.STARTUP_TRIALS, 3
+        Optimiser(objective="min_p99", sampler="tpe", dims=BOWL_DIMS, seed=3).distributions,
+        optimiser.TPE.startup_trials,
+        3,
     )
     points = [optimiser.from_sampler(BOWL_DIMS, p) for p in design]
     resumed = Optimiser(objective="min_p99", sampler="tpe", dims=BOWL_DIMS, seed=3)
