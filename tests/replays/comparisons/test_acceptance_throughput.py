@@ -136,11 +136,12 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
     assert comparison.result["is_simulated"] is True
     assert all(run["repeat_run_ids"] for run in comparison.result["runs"]), comparison.result["runs"]
 
-    # The direction, where it is beyond noise. In the simulator the template completes fewer answers (and tokens) per
-    # second at saturation, not 36 % more: the gateway continues every reply the cap cut (about 10 % of them), each
-    # continuation is one more engine request that waits for a seat and prefills the partial reply again, and replies
-    # above 512 tokens (which the defaults cut) run on to 768. Engine work per answer does not fall, so neither does
-    # the cost. Two repeats resolve this only when the machine is steady (docs/comparisons.md: five runs).
-    for key, (diff, _, beyond) in verdicts.items():
-        if beyond:
-            assert diff < 0, (key, verdicts)
+    # No direction is asserted: two repeats of each version cannot carry one. Over fourteen replays of each on this
+    # machine the template completed 8 % fewer answers (and 9 % fewer tokens) per second, yet one run put it 15.6 %
+    # higher, "beyond noise" by a t-test whose variance rests on two readings a side (docs/comparisons.md). What is
+    # asserted is the mechanism behind the figures: the defaults continue nothing; the template continues the replies
+    # its cap cut, so it sends more engine requests for the same answers.
+    for name, name_runs in runs.items():
+        for run in name_runs:
+            continued = run.requests.filter(ok=True, continuation_rounds__gt=0).count()
+            assert (continued > 0) == (name == "template"), (run.pk, name, continued)
