@@ -18,6 +18,7 @@ class AlertEventsConsumer(EventConsumer):
         self.group = realtime.alerts_group()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        await self.send_sequence_taken(self.group)
 
     async def disconnect(self, code):
         if hasattr(self, "group"):

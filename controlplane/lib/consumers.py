@@ -14,6 +14,8 @@ anyway) nor through plain `sync_to_async`; `tests/lib/test_consumers.py` checks 
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from controlplane.lib import event_sequence
+
 
 class EventConsumer(AsyncJsonWebsocketConsumer):
     """An `AsyncJsonWebsocketConsumer` whose `dispatch` calls the handler directly."""
@@ -23,3 +25,10 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+    async def send_sequence_taken(self, group: str) -> None:
+        """Once subscribed to a numbered group: the number taken so far, so the page can tell whether it missed any
+        event sent before the subscription (after its render, or while its socket was away)."""
+        n = await event_sequence.current_number_async(group)
+        if n is not None:
+            await self.send_json({"type": "sequence.taken", "seq": {"group": group, "n": n}})

@@ -19,6 +19,7 @@ class PoolEventsConsumer(EventConsumer):
         self.group = realtime.pool_group(pool) if pool else realtime.fleet_group()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        await self.send_sequence_taken(self.group)
 
     async def disconnect(self, code):
         if hasattr(self, "group"):

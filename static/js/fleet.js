@@ -85,5 +85,5 @@
     if (event.type === "node.updated") apply(event.node);
     if (event.type === "nodes.updated") event.nodes.forEach(apply);
     if (event.type === "pool.released") location.reload();
-  });
+  }, undefined, script.dataset.liveSeq);
 })();

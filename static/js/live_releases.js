@@ -59,5 +59,5 @@
     document.querySelectorAll('[data-pool="' + event.pool + '"] .desired').forEach((cell) => {
       cell.textContent = ref(event.version);
     });
-  });
+  }, undefined, script.dataset.liveSeq);
 })();

@@ -65,5 +65,5 @@
     if (event.type === "node.command_changed") command(event.command);
     if (event.type === "node.updated") status(event.node);
     if (event.type === "nodes.updated") event.nodes.forEach(status);
-  });
+  }, undefined, script.dataset.liveSeq);
 })();

@@ -213,7 +213,7 @@
       seenSeverity[incident.id] = incident.severity;
     });
     tick();
-  });
+  }, undefined, script.dataset.liveSeq);
 
   const button = document.getElementById("notify-enable");
   const state = document.getElementById("notify-state");

@@ -11,6 +11,7 @@ from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import AlertGroup
 from controlplane.alerts.services.lifecycle import alert_group_acknowledge
 from controlplane.asgi import application
+from tests.live_events import sequence_taken
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,6 +30,7 @@ def test_fire_acknowledge_resolve_reach_the_socket(fleet, clock, users):
         socket = WebsocketCommunicator(application, "/ws/alerts/", headers=headers)
         connected, _ = await socket.connect()
         assert connected
+        await sequence_taken(socket, "alerts")
         await database_sync_to_async(fleet.disconnect)("gpu-1")
         await database_sync_to_async(evaluate)(now=clock.tick(2))
         fired = await socket.receive_json_from(timeout=10)

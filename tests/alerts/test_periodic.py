@@ -119,6 +119,8 @@ async def _lose_node_while_watching(base: str, env: dict) -> dict:
             )
             assert await process.wait() == 0
             message = await ws.receive_json(timeout=20)
+            if message["type"] == "sequence.taken":  # sent on subscribing (controlplane/lib/consumers.py)
+                message = await ws.receive_json(timeout=20)
             return message
 
 

@@ -73,3 +73,29 @@ def test_a_dropped_event_turns_live_into_missed_and_a_click_reloads(seeded, serv
     badge.click()  # reloads: the page is rendered from the stored state again
     page.locator("#live-state.on").wait_for()
     assert badge.inner_text() == "live"
+
+
+def test_an_event_sent_between_the_render_and_the_subscription_counts_as_missed(seeded, server_url, new_page, shot):
+    """The page carries the numbers its view read before the state; the socket, once subscribed, hears the number
+    taken so far. An event sent in between reached no socket of this page, and no later event has to come to say so."""
+    page = new_page()
+    login(page, server_url, "oncall")
+
+    dropped = []
+
+    def drop_one_then_subscribe(socket):
+        if not dropped:  # the first socket only; the reload below subscribes as usual
+            dropped.append(off_thread(event_sequence.next_number, "fleet"))  # an event sent now reaches no socket
+        socket.connect_to_server()  # then the page's socket joins, as it would a moment after the render
+
+    page.route_web_socket("**/ws/pools/", drop_one_then_subscribe)
+    page.goto(f"{server_url}/fleet/")
+    badge = page.locator("#live-state")
+    page.locator("#live-state.missed").wait_for(timeout=8000)
+    assert badge.inner_text() == "missed 1 update · reload"
+    shot(page, "live-missed-before-subscribing")
+
+    badge.click()  # the reload renders the stored state and starts from the number read with it
+    page.locator("#live-state.on").wait_for()
+    page.wait_for_timeout(3500)
+    assert badge.inner_text() == "live"

@@ -12,6 +12,7 @@ from controlplane.nodes.consumers import FORBIDDEN
 from controlplane.nodes.exceptions import ProductionGateClosed
 from controlplane.nodes.services.pools import pool_publish, pool_rollback
 from tests.factories import pools, template_with_versions
+from tests.live_events import sequence_taken
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -50,6 +51,9 @@ def test_signed_in_user_receives_pool_released_after_a_publish(users, world):
         for socket in (staging_socket, fleet_socket, prod_socket):
             connected, _ = await socket.connect()
             assert connected
+        taken = await sequence_taken(staging_socket, "pool.staging")
+        await sequence_taken(fleet_socket, "fleet")
+        await sequence_taken(prod_socket, "pool.prod-main")
         await database_sync_to_async(pool_publish)(actor=sre, pool=world["staging"], version=world["v1"], reason="go")
         await database_sync_to_async(pool_publish)(actor=sre, pool=world["staging"], version=world["v2"], reason="v2")
         await database_sync_to_async(pool_rollback)(actor=sre, pool=world["staging"], reason="back")
@@ -58,9 +62,9 @@ def test_signed_in_user_receives_pool_released_after_a_publish(users, world):
         assert await prod_socket.receive_nothing(timeout=0.5), "another pool's socket got staging's event"
         for socket in (staging_socket, fleet_socket, prod_socket):
             await socket.disconnect()
-        return staging_events, fleet_event
+        return taken, staging_events, fleet_event
 
-    staging_events, fleet_event = async_to_sync(scenario)()
+    taken, staging_events, fleet_event = async_to_sync(scenario)()
     first = staging_events[0]
     assert first["type"] == "pool.released"
     assert (first["pool"], first["kind"], first["actor"], first["reason"]) == ("staging", "publish", "sre", "go")
@@ -74,6 +78,8 @@ def test_signed_in_user_receives_pool_released_after_a_publish(users, world):
     # The same event on both sockets, each numbered in its own group (controlplane/lib/event_sequence.py).
     assert fleet_event["seq"]["group"] == "fleet" and first["seq"]["group"] == "pool.staging"
     assert [e["seq"]["n"] - first["seq"]["n"] for e in staging_events] == list(range(len(staging_events)))
+    # The number the socket was told on subscribing is the one just before its first event: nothing between.
+    assert first["seq"]["n"] == taken + 1
     assert {**fleet_event, "seq": None} == {**first, "seq": None}
 
 
@@ -83,6 +89,7 @@ def test_refused_publish_sends_nothing(users, world):
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/pools/prod-main/", headers=headers)
         assert (await socket.connect())[0]
+        await sequence_taken(socket, "pool.prod-main")
         with pytest.raises(ProductionGateClosed):
             await database_sync_to_async(pool_publish)(
                 actor=users["sre"], pool=world["prod"], version=world["v1"], reason="skip staging"

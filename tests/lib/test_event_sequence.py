@@ -59,3 +59,32 @@ def test_stamped_leaves_the_event_alone_without_a_number():
     assert event_sequence.stamped("fleet", EVENT, None) is EVENT
     assert event_sequence.stamped("fleet", EVENT, 4) == {**EVENT, "seq": {"group": "fleet", "n": 4}}
     assert "seq" not in EVENT
+
+
+@pytest.mark.django_db
+def test_current_numbers_read_without_taking_from_sync_and_async_callers():
+    pool = f"seq-{uuid.uuid4().hex[:8]}"
+    group, other = realtime.pool_group(pool), realtime.pool_group(pool + "-other")
+    assert event_sequence.current_numbers([group, other]) == {group: 0, other: 0}  # nothing taken yet
+    realtime.send([group], EVENT)
+    realtime.send([group], EVENT)
+    assert event_sequence.current_numbers([group, other]) == {group: 2, other: 0}
+    assert async_to_sync(event_sequence.current_number_async)(group) == 2
+    assert event_sequence.current_numbers([group]) == {group: 2}  # reading takes nothing
+    assert event_sequence.next_number(group) == 3
+
+
+def test_the_embedded_counter_reads_the_same_way(settings):
+    settings.REDIS_URL = ""
+    group = f"pool.seq-{uuid.uuid4().hex[:8]}"
+    assert event_sequence.current_numbers([group]) == {group: 0}
+    assert [event_sequence.next_number(group), event_sequence.next_number(group)] == [1, 2]
+    assert event_sequence.current_numbers([group]) == {group: 2}
+    assert async_to_sync(event_sequence.current_number_async)(group) == 2
+
+
+def test_an_unreachable_counter_leaves_the_page_without_numbers(settings, monkeypatch):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    monkeypatch.setattr(event_sequence, "_sync_client", None)
+    assert event_sequence.current_numbers(["fleet"]) == {}
+    assert async_to_sync(event_sequence.current_number_async)("fleet") is None

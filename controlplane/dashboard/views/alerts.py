@@ -12,11 +12,14 @@ from controlplane.alerts.models import AlertGroup, AlertRule, AlertRuleVersion, 
 from controlplane.alerts.services import lifecycle, rules
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
+from controlplane.dashboard.live import live_numbers
+from controlplane.lib import realtime
 from controlplane.lib.errors import DomainError
 
 
 @page()
 def oncall(request):
+    live_seq = live_numbers(realtime.alerts_group())  # before the state the page shows
     now = timezone.now()
     evaluator = selectors.evaluator_health(now=now)
     return render(
@@ -31,6 +34,7 @@ def oncall(request):
             "no_source": sorted(coverage.uncovered_by_node(now=now).items()),
             "durations": forms.SILENCE_DURATIONS,
             "placeholder": INCIDENT_PLACEHOLDER,
+            "live_seq": live_seq,
         },
     )
 

@@ -10,6 +10,8 @@ from controlplane.alerts import signals
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import node_charts
+from controlplane.dashboard.live import live_numbers
+from controlplane.lib import realtime
 from controlplane.lib.errors import DomainError
 from controlplane.metrics import selectors as metrics
 from controlplane.nodes import selectors
@@ -37,6 +39,7 @@ def fleet(request):
         else:
             issued = {"node": node.name, "token": token}
             form = forms.NodeCreateForm()
+    live_seq = live_numbers(realtime.fleet_group())  # before the state the page shows
     now = timezone.now()
     pools = Pool.objects.select_related("desired_version__template").prefetch_related("nodes")
     return render(
@@ -47,6 +50,7 @@ def fleet(request):
             "pools": pools,
             "form": form,
             "issued": issued,
+            "live_seq": live_seq,
         },
     )
 
@@ -57,6 +61,8 @@ def node_detail(request, name):
 
 
 def _render_node(request, name, *, issued):
+    pool_name = EngineNode.objects.filter(name=name).values_list("pool__name", flat=True).first()
+    live_seq = live_numbers(realtime.pool_group(pool_name)) if pool_name else "{}"  # before the node's state
     node = get_object_or_404(
         EngineNode.objects.select_related("pool__desired_version__template", "applied_version__template"), name=name
     )
@@ -72,6 +78,7 @@ def _render_node(request, name, *, issued):
             ],
             "ops": [c for c in NodeCommand.Op.choices if c[0] not in NodeCommand.SYSTEM_OPS],
             "issued": issued,
+            "live_seq": live_seq,
             "charts": node_charts(node),
             "absent": [
                 {"label": signals.SIGNALS[key].label if key in signals.SIGNALS else key, "reason": reason}

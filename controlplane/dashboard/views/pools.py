@@ -10,6 +10,8 @@ from controlplane.advice.selectors import pool_suggestions
 from controlplane.dashboard import forms
 from controlplane.dashboard.access import page
 from controlplane.dashboard.charts import pool_charts
+from controlplane.dashboard.live import live_numbers
+from controlplane.lib import realtime
 from controlplane.lib.errors import DomainError, InvalidField
 from controlplane.metrics.samples import SAMPLE_WINDOW_S
 from controlplane.nodes import selectors, whitelist_pins
@@ -45,6 +47,7 @@ def pool_detail(request, name):
 
 
 def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
+    live_seq = live_numbers(realtime.pool_group(name))  # before the state the page shows
     pool = get_object_or_404(Pool.objects.select_related("desired_version__template"), name=name)
     versions = list(TemplateVersion.objects.select_related("template").order_by("template__name", "-number"))
     now = timezone.now()
@@ -55,6 +58,7 @@ def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
         "nodes/pool_detail.html",
         {
             "pool": pool,
+            "live_seq": live_seq,
             "timeline": selectors.pool_timeline(pool=pool),
             "history": operations.pool_history(pool=pool),
             "degradation": operations.pool_degradation(pool=pool),
