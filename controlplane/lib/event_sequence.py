@@ -56,11 +56,8 @@ def next_number(group: str) -> int | None:
     """The group's next number, or None when the counter cannot be reached (the event still goes, unnumbered)."""
     if not settings.REDIS_URL:
         return _local_next(group)
-    global _sync_client
     try:
-        if _sync_client is None:
-            _sync_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-        return int(_sync_client.incr(_key(group)))
+        return int(_sync_client_get().incr(_key(group)))
     except redis.RedisError as exc:
         log.warning("event number for %s not taken: %s", group, exc)
         return None
@@ -71,11 +68,8 @@ def current_numbers(groups: list[str]) -> dict[str, int]:
     if not settings.REDIS_URL:
         with _local_lock:
             return {group: _local_counters[group] for group in groups}
-    global _sync_client
     try:
-        if _sync_client is None:
-            _sync_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-        values = _sync_client.mget([_key(group) for group in groups])
+        values = _sync_client_get().mget([_key(group) for group in groups])
     except redis.RedisError as exc:
         log.warning("event numbers of %s not read: %s", groups, exc)
         return {}
@@ -93,6 +87,13 @@ async def current_number_async(group: str) -> int | None:
         log.warning("event number of %s not read: %s", group, exc)
         return None
     return int(value or 0)
+
+
+def _sync_client_get():
+    global _sync_client
+    if _sync_client is None:
+        _sync_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+    return _sync_client
 
 
 def _async_client():
