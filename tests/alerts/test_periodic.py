@@ -118,10 +118,9 @@ async def _lose_node_while_watching(base: str, env: dict) -> dict:
                 sys.executable, "manage.py", "shell", "-c", lose, cwd=ROOT, env=env
             )
             assert await process.wait() == 0
-            message = await ws.receive_json(timeout=20)
-            if message["type"] == "sequence.taken":  # sent on subscribing (controlplane/lib/consumers.py)
-                message = await ws.receive_json(timeout=20)
-            return message
+            taken = await ws.receive_json(timeout=20)  # sent on subscribing (controlplane/lib/consumers.py)
+            assert taken["type"] == "sequence.taken", taken
+            return await ws.receive_json(timeout=20)
 
 
 @pytest.mark.django_db

@@ -111,12 +111,10 @@ def test_throughput_at_saturation(saturation_fleet, sre, agent):
                 f"{run.requests.count()} (by status {failed}, e.g. {example!r}); continuation rounds {rounds}"
             )
 
-    verdicts = {}
     for key in ("requests_per_s", "output_tokens_per_s"):
         base = [figures[r.pk][key] for r in runs["defaults"]]
         compared = [figures[r.pk][key] for r in runs["template"]]
         diff, t, beyond = noise_verdict(base, compared)
-        verdicts[key] = (diff, t, beyond)
         print(
             f"  {key:<20} defaults {base[0]:.2f} / {base[1]:.2f}  template {compared[0]:.2f} / {compared[1]:.2f}  "
             f"diff {diff:+.2f} ({diff / statistics.mean(base):+.1%}, t {t:+.2f}) {'beyond' if beyond else 'within'} "
