@@ -72,6 +72,8 @@ def compare_runs(
     """The stored result: per-run figures, every figure side by side with its differences, the SLO verdict."""
     if len(runs) < 2:
         raise ValueError("compare at least two runs")
+    if len({run.ladder.p99_max_s for run in runs if run.ladder is not None}) > 1:
+        raise ValueError("ladder runs judged against different P99 lines are not comparable")
     per_run = [run_figures(run.records, pool_metrics=run.pool_metrics, ladder=run.ladder) for run in runs]
     intents = sorted({name for figures in per_run for name in figures["intents"]})
     catalogue = noise.base_figures() + noise.intent_figures(intents)
@@ -184,9 +186,10 @@ def _verdict(runs: Sequence[RunInput], rows: list[dict], slo_block: dict) -> lis
         values = sustained_row["values"] if sustained_row is not None else [None]
         if values[0] is not None and values[i] is not None:
             more = sustained_row["comparisons"][i - 1]
+            line = next(r.ladder.p99_max_s for r in runs if r.ladder is not None)
             sentences.append(
                 f"{run.label[0].upper()}{run.label[1:]} sustains {values[i]:g} QPS and {base.label} {values[0]:g} QPS "
-                f"with first-round P99 <= {SLO_P99_S:g} s and errors within bounds at every step up to it "
+                f"with first-round P99 <= {line:g} s and errors within bounds at every step up to it "
                 f"({more['diff']:+g} QPS, {_noise_word(more)})."
             )
             continue

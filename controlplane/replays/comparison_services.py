@@ -68,6 +68,14 @@ def _checked_runs(run_ids, *, force: bool) -> list[ReplayRun]:
                 f"the runs replayed different traffic ({detail}); compare runs of the same log, selection and pacing, "
                 "or set force with a reason",
             )
+    lines = {r.ladder.p99_max_s for r in runs if r.ladder is not None}
+    if len(lines) > 1:
+        detail = ", ".join(f"run {r.pk}: {r.ladder.p99_max_s:g} s" for r in runs if r.ladder is not None)
+        raise InvalidField(
+            "runs",
+            f"the ladder runs were judged against different first-round P99 lines ({detail}); sustained QPS on "
+            "different lines is not comparable: compare ladders replayed with the same slo_p99_s",
+        )
     return runs
 
 
@@ -87,9 +95,8 @@ def _repeats(run: ReplayRun, compared: set[int]) -> dict[int, dict]:
     repeats = {}
     for other in candidates[: MAX_REPEATS * 4]:
         if traffic_key(other) == key:
-            repeats[other.pk] = run_figures(
-                run_records(run=other), pool_metrics=other.pool_metrics, ladder=other.ladder
-            )
+            # Judged on the compared run's line: the same traffic, so the same steps (traffic_key).
+            repeats[other.pk] = run_figures(run_records(run=other), pool_metrics=other.pool_metrics, ladder=run.ladder)
         if len(repeats) >= MAX_REPEATS:
             break
     return repeats
@@ -115,6 +122,7 @@ def _run_info(run: ReplayRun) -> dict:
         "qps": run.qps,
         "qps_steps": run.qps_steps or None,
         "step_s": run.step_s,
+        "slo_p99_s": run.ladder.p99_max_s if run.ladder is not None else None,
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }

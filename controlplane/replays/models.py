@@ -6,6 +6,7 @@ from django.db.models import Q
 
 from controlplane.lib.runs import CancellableRun, RunStatus
 from controlplane.replays.figures import Ladder
+from controlplane.replays.sustained import SLO_P99_S
 
 
 class ReplayRun(CancellableRun, models.Model):
@@ -61,6 +62,8 @@ class ReplayRun(CancellableRun, models.Model):
     # ladder: the QPS of each step, lowest first, each `step_s` seconds long, back to back (duration: steps x step_s).
     qps_steps = models.JSONField(default=list, blank=True)
     step_s = models.PositiveIntegerField(null=True, blank=True)
+    # ladder: the first-round P99 line each step is judged against (the report's 1.8 s unless the team's SLO differs).
+    slo_p99_s = models.FloatField(null=True, blank=True)
     stream = models.BooleanField(default=True)
     # The nodes the run sends to, resolved when it starts: [{"name", "url", "model"}].
     targets = models.JSONField(default=list, blank=True)
@@ -126,7 +129,11 @@ class ReplayRun(CancellableRun, models.Model):
         """The steps a ladder run's figures are judged by (controlplane/replays/sustained.py); None otherwise."""
         if self.pacing != self.Pacing.LADDER or not self.qps_steps or not self.step_s:
             return None
-        return Ladder(qps_steps=tuple(float(q) for q in self.qps_steps), step_s=float(self.step_s))
+        return Ladder(
+            qps_steps=tuple(float(q) for q in self.qps_steps),
+            step_s=float(self.step_s),
+            p99_max_s=self.slo_p99_s if self.slo_p99_s is not None else SLO_P99_S,
+        )
 
     @property
     def cpu_per_request_ms(self) -> float | None:

@@ -172,6 +172,7 @@ def ladder_sampler(records: Sequence[Mapping], ladder: Ladder | None) -> Sampler
         return lambda rng: None
     parts = sustained.split_steps(records, steps=len(ladder.qps_steps), step_s=ladder.step_s)
     steps = []
+    constraints = ladder.constraints
     for qps, part in zip(ladder.qps_steps, parts, strict=True):
         column = sustained.SLO_LATENCY
         latencies = [float(r[column]) for r in part if r["ok"] and r.get(column) is not None]
@@ -182,7 +183,7 @@ def ladder_sampler(records: Sequence[Mapping], ladder: Ladder | None) -> Sampler
         judged = []
         for qps, p99, error_rate in steps:
             values = {"p99_s": p99(rng), "error_rate": error_rate(rng)}
-            judged.append({"qps": qps, "violations": sustained.violations(values, sustained.REPORT_SLO)})
+            judged.append({"qps": qps, "violations": sustained.violations(values, constraints)})
         best = sustained.ladder_value(judged)
         return best if best is not None else 0.0
 

@@ -53,6 +53,13 @@ class ReplayRunCreateSerializer(StrictSerializer):
     step_s = serializers.IntegerField(
         required=False, allow_null=True, default=None, help_text="pacing ladder: seconds each step lasts"
     )
+    slo_p99_s = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="pacing ladder: the first-round P99 line each step is judged against, seconds (default 1.8, the "
+        "report's SLO)",
+    )
     arrival = serializers.CharField(max_length=8, required=False, default="poisson")
     time_scale = serializers.FloatField(required=False, allow_null=True, default=None)
     turn_gap_s = serializers.FloatField(required=False, default=5.0)
@@ -94,6 +101,7 @@ class ReplayRunSerializer(serializers.ModelSerializer):
             "qps",
             "qps_steps",
             "step_s",
+            "slo_p99_s",
             "arrival",
             "time_scale",
             "turn_gap_s",

@@ -13,10 +13,12 @@ from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Forbidden, InvalidF
 from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.replays.models import ReplayRun
-from controlplane.replays.sustained import MAX_LADDER_STEPS
+from controlplane.replays.sustained import MAX_LADDER_STEPS, SLO_P99_S
 
 MAX_LABEL = 200
 MAX_NODES = 256
+# A ladder's P99 line: up to ten minutes, enough for engines far slower than the report's.
+MAX_SLO_P99_S = 600.0
 
 
 def _positive_int(field: str, value, *, maximum: int, required: bool = True) -> int | None:
@@ -78,6 +80,7 @@ def _snapshot(run: ReplayRun) -> dict:
         "qps": run.qps,
         "qps_steps": run.qps_steps,
         "step_s": run.step_s,
+        "slo_p99_s": run.slo_p99_s,
         "arrival": run.arrival,
         "time_scale": run.time_scale,
         "duration_cap_s": run.duration_cap_s,
@@ -100,6 +103,7 @@ def replay_run_create(
     qps: float | None = None,
     qps_steps: list[float] | None = None,
     step_s: int | None = None,
+    slo_p99_s: float | None = None,
     arrival: str = ReplayRun.Arrival.POISSON,
     time_scale: float | None = None,
     turn_gap_s: float = 5.0,
@@ -131,11 +135,14 @@ def replay_run_create(
         if qps is not None:
             raise InvalidField("qps", "pacing ladder replays at qps_steps; leave qps out")
         qps_steps, step_s = _ladder(qps_steps, step_s)
+        slo_p99_s = SLO_P99_S if slo_p99_s is None else _number("slo_p99_s", slo_p99_s, low=0.001, high=MAX_SLO_P99_S)
         duration_cap_s = len(qps_steps) * step_s
         arrival = _choice("arrival", arrival, ReplayRun.Arrival)
         qps = time_scale = None
     elif qps_steps or step_s is not None:
         raise InvalidField("qps_steps", "only pacing ladder takes steps; leave qps_steps and step_s out")
+    elif slo_p99_s is not None:
+        raise InvalidField("slo_p99_s", "only pacing ladder judges its steps against a P99 line; leave it out")
     elif pacing == ReplayRun.Pacing.QPS:
         if qps is None:
             raise InvalidField("qps", "required with pacing qps")
@@ -189,6 +196,7 @@ def replay_run_create(
             qps=qps,
             qps_steps=qps_steps or [],
             step_s=step_s,
+            slo_p99_s=slo_p99_s,
             arrival=arrival,
             time_scale=time_scale,
             turn_gap_s=turn_gap_s,

@@ -24,12 +24,19 @@ def finished_run(
     pool_metrics: dict | None = None,
     qps_steps: tuple[float, ...] = (),
     step_s: int | None = None,
+    slo_p99_s: float | None = None,
 ) -> ReplayRun:
     """A run of `n` requests, `qps` apart, whose latency is lognormal around `median_s` (x3 for `slow_intent`); a
     continued request shows its first round after 60 % of its time. With `qps_steps`, a ladder run whose n requests
-    are spread evenly over its steps of `step_s` seconds."""
+    are spread evenly over its steps of `step_s` seconds, judged against `slo_p99_s` (None: the report's 1.8 s)."""
     now = timezone.now()
-    ladder = {"pacing": ReplayRun.Pacing.LADDER, "qps": None, "qps_steps": list(qps_steps), "step_s": step_s}
+    ladder = {
+        "pacing": ReplayRun.Pacing.LADDER,
+        "qps": None,
+        "qps_steps": list(qps_steps),
+        "step_s": step_s,
+        "slo_p99_s": slo_p99_s,
+    }
     run = ReplayRun.objects.create(
         pool=pool,
         template_version=version,

@@ -127,3 +127,8 @@ def test_a_ladder_run_is_started_with_its_steps_and_its_duration_is_theirs(world
     assert run["duration_cap_s"] == 45  # three steps of 15 s, whatever the cap asked
     entry = ReplayRun.objects.get(pk=run["id"])
     assert entry.ladder.qps_steps == (10.0, 20.0, 40.0) and entry.ladder.step_s == 15.0
+    # Judged against the report's line unless the run names its own.
+    assert run["slo_p99_s"] == 1.8 and entry.ladder.p99_max_s == 1.8
+    response = start(api_for, qps=None, pacing="ladder", qps_steps=[10, 20], step_s=15, slo_p99_s=19.2)
+    assert response.status_code == 201 and response.json()["slo_p99_s"] == 19.2, response.json()
+    assert ReplayRun.objects.get(pk=response.json()["id"]).ladder.p99_max_s == 19.2

@@ -169,6 +169,12 @@ def test_hostile_ladders_are_refused_naming_the_field(world, api_for):
         ({"qps_steps": [5, 10], "step_s": 0}, "step_s"),
         ({"qps_steps": [5, 10], "step_s": 10**9}, "step_s"),
         ({"qps_steps": [5, "ten"], "step_s": 5}, "qps_steps"),
+        # The P99 line each step is judged against: a line of zero or below, or past ten minutes, judges nothing.
+        ({"qps_steps": [5, 10], "step_s": 5, "slo_p99_s": 0}, "slo_p99_s"),
+        ({"qps_steps": [5, 10], "step_s": 5, "slo_p99_s": -1.8}, "slo_p99_s"),
+        ({"qps_steps": [5, 10], "step_s": 5, "slo_p99_s": 1e308}, "slo_p99_s"),
+        ({"qps_steps": [5, 10], "step_s": 5, "slo_p99_s": "fast"}, "slo_p99_s"),
+        ({"qps_steps": [5, 10], "step_s": 5, "slo_p99_s": [1.8]}, "slo_p99_s"),
     ]
     for fields, field in cases:
         body = {"pool": "staging", "pacing": "ladder", **fields}
@@ -180,6 +186,9 @@ def test_hostile_ladders_are_refused_naming_the_field(world, api_for):
     # Steps on a run that is not a ladder are refused too, rather than silently ignored.
     response = create(api_for, "agent", pool="staging", qps_steps=[5, 10], step_s=5)
     assert response.status_code == 400 and field_of(response) == "qps_steps"
+    # So is a P99 line: only a ladder judges its steps against one.
+    response = create(api_for, "agent", pool="staging", slo_p99_s=2.0)
+    assert response.status_code == 400 and field_of(response) == "slo_p99_s", response.json()
     assert not ReplayRun.objects.exists()
 
 

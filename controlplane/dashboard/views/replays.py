@@ -32,6 +32,7 @@ class ReplayForm(forms.Form):
     qps = forms.FloatField(required=False)
     qps_steps = forms.CharField(max_length=200, required=False, help_text="ladder: QPS steps, lowest first")
     step_s = forms.IntegerField(required=False, help_text="ladder: seconds per step")
+    slo_p99_s = forms.FloatField(required=False, help_text="ladder: first-round P99 line per step (default 1.8 s)")
     arrival = forms.ChoiceField(choices=ReplayRun.Arrival.choices)
     time_scale = forms.FloatField(required=False)
     duration_cap_s = forms.IntegerField(initial=300)
@@ -76,6 +77,7 @@ def replay_new(request):
                     qps=None if ladder else data["qps"],
                     qps_steps=_steps(data["qps_steps"]) if ladder else None,
                     step_s=data["step_s"] if ladder else None,
+                    slo_p99_s=data["slo_p99_s"] if ladder else None,
                     arrival=data["arrival"],
                     time_scale=data["time_scale"],
                     duration_cap_s=data["duration_cap_s"],

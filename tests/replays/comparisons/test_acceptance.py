@@ -9,8 +9,8 @@ The report saw P99 fall (4.1 s to 2.8 s) and throughput rise to 68 QPS (+36 %) f
 is what the user waits for, the end of the first round (the continuation streams behind it). The test asserts what
 the simulator produces of that: at the same QPS the template's first-round P99 is lower than the defaults', beyond
 noise (its first round is at most 256 tokens); the end-to-end P99 of the spliced answer is not (the gateway continues
-every reply the cap cut, so the template generates as many tokens). The throughput is measured at saturation by
-test_acceptance_throughput.py (docs/comparisons.md).
+every reply the cap cut, so the template generates as many tokens). The throughput, as the load each version carries
+within an SLO line, is test_acceptance_throughput.py's (docs/comparisons.md).
 """
 
 import contextlib

@@ -164,3 +164,30 @@ def test_ladder_runs_compare_their_sustained_qps_and_list_the_sustained_steps_re
         f"Run {high.pk} (chat v2) sustains 60 QPS and run {low.pk} (chat v1) 0 QPS with first-round P99 <= 1.8 s and "
         "errors within bounds at every step up to it (+60 QPS, beyond noise)."
     )
+
+
+def test_ladders_are_compared_on_their_own_line_and_refused_on_different_lines(api_for, agent, staging, versions):
+    v1, v2 = versions
+    steps = {"qps_steps": (20.0, 40.0, 60.0), "step_s": 10, "n": 900}
+    # Medians 1.0 and 0.5 s: P99 about 2.5 and 1.25 s. On the report's 1.8 s the first sustains nothing; on a 3 s
+    # line (a team's own SLO) both sustain every step.
+    low = finished_run(actor=agent, pool=staging, version=v1, median_s=1.0, seed=3, slo_p99_s=3.0, **steps)
+    high = finished_run(actor=agent, pool=staging, version=v2, median_s=0.5, seed=4, slo_p99_s=3.0, **steps)
+    figures = api_for("oncall").get(f"/api/v1/replays/{low.pk}/figures/").json()["figures"]["ladder"]
+    assert (figures["p99_max_s"], figures["sustained_qps"]) == (3.0, 60.0)
+    assert api_for("oncall").get(f"/api/v1/replays/{low.pk}/").json()["slo_p99_s"] == 3.0
+    body = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [low.pk, high.pk]}, format="json").json()
+    assert "with first-round P99 <= 3 s" in body["verdict"][0] and "(+0 QPS, within noise)" in body["verdict"][0]
+    assert [run["slo_p99_s"] for run in body["result"]["runs"]] == [3.0, 3.0]
+
+    # The same ladder judged on the report's line cannot stand beside them, not even forced: refused, nothing stored.
+    other = finished_run(actor=agent, pool=staging, version=v2, median_s=0.5, seed=5, **steps)
+    stored = ReplayComparison.objects.count()
+    for extra in ({}, {"force": True, "reason": "compare anyway"}):
+        response = api_for("agent").post(
+            "/api/v1/replay-comparisons/", {"runs": [low.pk, other.pk], **extra}, format="json"
+        )
+        assert response.status_code == 400, response.json()
+        assert response.json()["detail"][0]["path"] == "runs"
+        assert f"run {low.pk}: 3 s, run {other.pk}: 1.8 s" in response.json()["error"]
+    assert ReplayComparison.objects.count() == stored

@@ -181,3 +181,17 @@ def test_a_ladder_sustains_its_highest_step_within_the_slo_and_no_step_after_a_m
     # Missing the first step sustains nothing; a run without a ladder has no ladder figures.
     assert run_figures(step(0, 2.0), ladder=ladder)["ladder"]["sustained_qps"] == 0.0
     assert "ladder" not in run_figures(step(0, 2.0))
+
+
+def test_a_ladder_is_judged_against_its_own_line():
+    records = [
+        record(seq, 2.5, sent=seq / 10, first=first, ok=True, status=200)
+        for seq, first in enumerate([1.5] * 100 + [2.1] * 100 + [2.6] * 100)
+    ]
+    steps = {"qps_steps": (10.0, 20.0, 30.0), "step_s": 10.0}
+    # The report's 1.8 s: only the first step; a team whose SLO is 2.5 s sustains the second; 3 s every step.
+    assert run_figures(records, ladder=Ladder(**steps))["ladder"]["sustained_qps"] == 10.0
+    block = run_figures(records, ladder=Ladder(**steps, p99_max_s=2.5))["ladder"]
+    assert block["p99_max_s"] == 2.5 and block["sustained_qps"] == 20.0
+    assert block["steps"][2]["violations"] == ["P99 2.600 s above 2.5 s"]
+    assert run_figures(records, ladder=Ladder(**steps, p99_max_s=3.0))["ladder"]["sustained_qps"] == 30.0

@@ -126,7 +126,7 @@ def test_pages_show_first_round_figures_and_a_ladders_steps(
     ladder = finished_run(actor=agent, pool=staging, version=versions[1], median_s=0.5, seed=4, **steps)
     page = client.get(reverse("dashboard:replay-detail", args=[ladder.pk]))
     text = text_of(page)
-    assert "ladder 20.0 → 40.0 QPS, 10 s each" in text
+    assert "ladder 20.0 → 40.0 QPS, 10 s each, P99 line 1.8 s" in text
     assert "Ladder: sustained 40 QPS" in text and 'data-testid="run-ladder"' in page.content.decode()
     behind = client.get(
         reverse("dashboard:replay-figure-requests", args=[ladder.pk]), {"figure": "ladder.sustained_qps"}
@@ -141,6 +141,13 @@ def test_pages_show_first_round_figures_and_a_ladders_steps(
     assert (run.qps, run.qps_steps, run.step_s, run.duration_cap_s) == (None, [20.0, 40.0], 5, 10)
     refused = client_for(agent).post(reverse("dashboard:replay-new"), {**form, "qps_steps": "40, 20"})
     assert refused.status_code == 400 and "qps_steps: must go up" in text_of(refused)
+    # Its own P99 line (a team's SLO) reaches the run; a line of zero is refused naming the field.
+    own_line = {**form, "reason": "own line", "slo_p99_s": "2.5"}
+    created = client_for(agent).post(reverse("dashboard:replay-new"), own_line)
+    assert created.status_code == 302, text_of(created)
+    assert ReplayRun.objects.get(reason="own line").ladder.p99_max_s == 2.5
+    refused = client_for(agent).post(reverse("dashboard:replay-new"), {**form, "slo_p99_s": "0"})
+    assert refused.status_code == 400 and "slo_p99_s: must be between" in text_of(refused)
 
 
 def text_of_html(body: str) -> str:
