@@ -181,7 +181,7 @@ def test_ladders_are_compared_on_their_own_line_and_refused_on_different_lines(a
     assert [run["slo_p99_s"] for run in body["result"]["runs"]] == [3.0, 3.0]
 
     # The same ladder judged on the report's line cannot stand beside them, not even forced: refused, nothing stored.
-    other = finished_run(actor=agent, pool=staging, version=v2, median_s=0.5, seed=5, **steps)
+    other = finished_run(actor=agent, pool=staging, version=v2, median_s=1.0, seed=5, **steps)
     stored = ReplayComparison.objects.count()
     for extra in ({}, {"force": True, "reason": "compare anyway"}):
         response = api_for("agent").post(
@@ -191,3 +191,12 @@ def test_ladders_are_compared_on_their_own_line_and_refused_on_different_lines(a
         assert response.json()["detail"][0]["path"] == "runs"
         assert f"run {low.pk}: 3 s, run {other.pk}: 1.8 s" in response.json()["error"]
     assert ReplayComparison.objects.count() == stored
+    # As a repeat run of v2 it is judged on the compared run's 3 s line: 60 QPS like `high` (on its own 1.8 s line it
+    # sustains nothing), so the repeat spread is 0.
+    assert (
+        api_for("oncall").get(f"/api/v1/replays/{other.pk}/figures/").json()["figures"]["ladder"]["sustained_qps"] == 0
+    )
+    body = api_for("agent").post("/api/v1/replay-comparisons/", {"runs": [low.pk, high.pk]}, format="json").json()
+    assert body["result"]["runs"][1]["repeat_run_ids"] == [other.pk]
+    row = next(r for r in body["result"]["figures"] if r["key"] == "ladder.sustained_qps")
+    assert row["spreads"] == [None, 0.0], row
