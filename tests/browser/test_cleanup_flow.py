@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 JSON = {"Content-Type": "application/json"}
 
 
-def slow_request(agent: AgentProcess) -> threading.Thread:
-    """A 16-token request on an engine slowed down, so the cleanup's drain takes a few seconds."""
-    faults = json.dumps({"latency_factor": 400}).encode()
-    urllib.request.urlopen(urllib.request.Request(f"{engine_url(agent)}/sim/faults", data=faults, headers=JSON))
+def slow_request(agent: AgentProcess, latency_factor: float = 400) -> threading.Thread:
+    """A 16-token request on an engine slowed down, so the cleanup's drain takes a few seconds (or, with a large
+    `latency_factor`, until `engine_speed(agent, 1)`)."""
+    engine_speed(agent, latency_factor)
     body = {"model": agent.model, "messages": [{"role": "user", "content": "退货"}], "max_tokens": 16}
     body.update(min_tokens=16, ignore_eos=True)
     request = urllib.request.Request(
@@ -32,6 +32,12 @@ def slow_request(agent: AgentProcess) -> threading.Thread:
     caller.start()
     wait_until(lambda: agent.health()["in_flight"] >= 1, 10, "the slow request to be in flight")
     return caller
+
+
+def engine_speed(agent: AgentProcess, latency_factor: float) -> None:
+    """Slow the agent's simulated engine down (the factor applies from its next step on); 1 restores it."""
+    faults = json.dumps({"latency_factor": latency_factor}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{engine_url(agent)}/sim/faults", data=faults, headers=JSON))
 
 
 def test_sre_cleans_up_a_node_and_a_pool_and_sees_the_figures_live(seeded, server_url, new_page, shot, tmp_path):

@@ -18,7 +18,7 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.params.models import ParameterTemplate
 from controlplane.params.services.templates import template_version_create
 from tests.alerts.conftest import blank_sample
-from tests.browser.test_cleanup_flow import slow_request
+from tests.browser.test_cleanup_flow import engine_speed, slow_request
 from tests.browser.test_dashboard_flow import login, off_thread, publish
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 
@@ -125,7 +125,9 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
         page = new_page()
         login(page, server_url, "sre")
         page.goto(f"{server_url}/pools/staging/")
-        caller = slow_request(agents[0])  # gpu-p1's drain waits for it: a few seconds
+        # gpu-p1's drain waits for it: each step ~2.5 s, so it holds the lease until the engine is sped up again
+        # below, however long a loaded machine takes to show the pages.
+        caller = slow_request(agents[0], latency_factor=20_000)
         page.fill("[data-testid=pool-cleanup-reason]", "fragmentation above 35 % on staging")
         page.once("dialog", lambda dialog: dialog.accept())
         page.click("#cleanup-pool")
@@ -148,6 +150,7 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
         shot(page, "73-pool-cleanup-waiting-for-the-lease")
 
         # gpu-p1 finishes; the lease passes to gpu-p2, whose row follows live to the end.
+        engine_speed(agents[0], 1)
         caller.join(timeout=60)
         row.locator('[data-field="state"]', has_text="succeeded").wait_for(timeout=60_000)
         assert "fragmentation" in row.locator('[data-field="result"]').inner_text()

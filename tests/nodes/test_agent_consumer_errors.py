@@ -125,6 +125,8 @@ def test_warmup_progress_of_a_failed_flush_is_kept_and_stored_by_the_next(token,
             await socket.send_json_to({"type": "warmup_progress", "state": "running", "done": done, "total": 100})
         await socket.send_json_to({"type": "warmup_progress", "state": "failed", "done": 100, "total": 100})
         await until(lambda: EngineNode.objects.get(name="gpu-1").warmup_state == "failed", "stored warmup")
+        # The flush records its success once the write's thread hands back, which can be after the row is visible.
+        await until(lambda: health("agent-warmup-progress").failures == 0, "the loop's recovery")
         await still_open(socket)
         await socket.disconnect()
 
