@@ -11,8 +11,8 @@ again; docs/comparisons.md has those fourteen replays of each.)
 The demo engines would serve ~50 QPS each, more than two CPU cores can offer through three agents, so a ladder on
 them measures the machine. This test slows the simulated GPU instead (tests/replays/comparisons/saturation_profile.yaml:
 the demo profile, every simulated duration x 12) and gives both versions engine.max_num_seqs 16: three engines then
-complete about 7 requests a second. Each version climbs 2, 4, 6, 8 QPS, 20 s a step (40 to 160 requests a step),
-twice, alternating.
+complete about 7 requests a second. Each version climbs 2, 4, 6, 8 QPS, 20 s a step (Poisson: 51, 93, 108 and 173
+requests), twice, alternating.
 
 The line (the run's `slo_p99_s`) is 16 s. On this profile a decode step takes 30 ms, so the defaults' longest replies
 (512 tokens) need about 15.4 s of decode alone and the cap's 256-token first round about 7.7 s: a line between the
@@ -24,12 +24,14 @@ longest reply it drew; the test prints what the same steps sustain at those line
 Everything here is simulated (engine_node.simulator), not a vLLM measurement.
 """
 
+from dataclasses import replace
+
 import pytest
 from django.db.models import Count
 
 from controlplane.replays.comparison_services import replay_comparison_create
-from controlplane.replays.figure_selectors import figure_requests, run_figures_payload
-from controlplane.replays.sustained import DEFAULT_ERROR_RATE_MAX, Constraints, ladder_value, violations
+from controlplane.replays.figure_selectors import figure_requests, run_figures_payload, run_records
+from controlplane.replays.figures import ladder_figures
 from tests.engine_node.fleet import engine_cmdline, flag_value
 from tests.live_server import ROOT
 from tests.replays.comparisons.test_acceptance import (
@@ -52,12 +54,6 @@ STEP_S = 20
 LINE_S = 16.0  # between a 256-token first round (~7.7 s) and a 512-token reply (~15.4 s) on this profile
 # The report's warning and target lines on engines twelve times slower: printed, not asserted (the docstring).
 SCALED_REPORT_LINES_S = (1.6 * TIME_SCALE, 1.8 * TIME_SCALE)
-
-
-def sustained_at(steps: list[dict], line: float) -> float:
-    """What a ladder's judged steps sustain against another first-round P99 line (errors judged as before)."""
-    judged = [{"qps": s["qps"], "violations": violations(s, Constraints(line, DEFAULT_ERROR_RATE_MAX))} for s in steps]
-    return ladder_value(judged) or 0.0
 
 
 @pytest.fixture
@@ -99,7 +95,12 @@ def test_the_template_carries_more_load_within_the_slo(saturation_fleet, sre, ag
             assert all(step["p99_seq"] in seqs for step in ladder["steps"]), ladder["steps"]
             listed, _ = figure_requests(run=run, figure="ladder.sustained_qps")
             assert listed.exists()
-            at_report_lines = {line: sustained_at(ladder["steps"], line) for line in SCALED_REPORT_LINES_S}
+            # The same steps judged on the report's lines scaled with the profile.
+            records = run_records(run=run)
+            at_report_lines = {
+                line: ladder_figures(records, replace(run.ladder, p99_max_s=line))["sustained_qps"]
+                for line in SCALED_REPORT_LINES_S
+            }
             rounds = dict(run.requests.filter(ok=True).values_list("continuation_rounds").annotate(n=Count("pk")))
             print(
                 f"  run {run.pk} {name:<8} sustained {ladder['sustained_qps']:g} QPS; first-round P99 per step "
