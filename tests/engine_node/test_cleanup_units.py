@@ -168,26 +168,24 @@ def test_a_drain_that_does_not_finish_resumes_and_reports_failure(simulator):
         async def progress(state, text=""):
             return None
 
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         ok, result = await cleanup.run(
             trigger="timer",
             params={**DEFAULTS, "max_duration_s": 1},
             progress=progress,
             reopen=admission.resume,
         )
-        took = loop.time() - started
+        gave_up_first = not stuck.done()  # the request is released only after the cleanup returned
         gate_open = admission.is_open
         released.set()
         outcome = await stuck
         await cleanup.close()
-        return ok, result, took, gate_open, outcome
+        return ok, result, gave_up_first, gate_open, outcome
 
-    ok, result, took, gate_open, outcome = asyncio.run(scenario())
+    ok, result, gave_up_first, gate_open, outcome = asyncio.run(scenario())
     assert not ok
     assert "max_duration_s" in result["error"] or "still running" in result["error"]
     assert "prefix_cache_reset" not in result
-    assert took < 5
+    assert gave_up_first
     assert gate_open
     assert outcome == "finished"  # the request was never dropped
 

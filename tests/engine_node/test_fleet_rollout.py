@@ -78,16 +78,13 @@ def test_publish_acks_nack_keeps_serving(fleet, sre):
     with Traffic(agents) as traffic:
         pool_publish(actor=sre, pool=pool, version=v1, reason="first")
         wait_until(lambda: nodes_on(v1) == ["gpu-1", "gpu-2", "gpu-3"], 30, "all nodes to ACK v1")
-        started = time.monotonic()
         pool_publish(actor=sre, pool=Pool.objects.get(pk=pool.pk), version=v2, reason="cold change: max_num_seqs")
         wait_until(lambda: nodes_on(v2) == ["gpu-1", "gpu-2", "gpu-3"], 60, "all nodes to ACK v2")
-        acked_after = time.monotonic() - started
     assert traffic.outcomes[200] > 0, (traffic.outcomes, traffic.errors[:5])
     assert traffic.failed == 0, (traffic.outcomes, traffic.errors[:5])
     rollout = pool_rollout(pool=Pool.objects.get(pk=pool.pk), now=timezone.now())
     assert (rollout["state"], rollout["acked"], rollout["total"]) == ("complete", 3, 3)
     assert {n["applied"]["number"] for n in rollout["nodes"]} == {2}
-    assert acked_after < 60
 
     pool_publish(actor=sre, pool=Pool.objects.get(pk=pool.pk), version=v3, reason="longer context")
     wait_until(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 
 import pytest
@@ -139,12 +138,11 @@ def test_no_reconnect_within_grace_cancels_generation_and_a_later_resume_gets_in
 
         async with relay.subscribe(0) as stream:
             await read(stream, limit=3)
-        detached_at = time.monotonic()
         await asyncio.sleep(GRACE_S + 0.2)
         assert producer.cancelled and task.cancelled()
         assert relay.state == INTERRUPTED and relay.reason == "client_gone"
         published = producer.published
-        assert published < 3 + (time.monotonic() - detached_at) / 0.02 + 2
+        assert published < len(WORDS * 10)  # stopped short of the reply
         await asyncio.sleep(0.1)
         assert producer.published == published  # no more compute spent
 
@@ -167,14 +165,13 @@ def test_no_reconnect_within_grace_cancels_generation_and_a_later_resume_gets_in
 
 def test_finished_session_replays_byte_identical_from_the_store(store_factory):
     async def scenario():
-        sessions = StreamSessions(store_factory(), grace_s=GRACE_S, flush_interval_s=3)
-        started = time.monotonic()
+        # No periodic flush can happen within the test: the end of a session is written at once, not at a flush.
+        sessions = StreamSessions(store_factory(), grace_s=GRACE_S, flush_interval_s=3600)
         relay = await sessions.start(new_session_id(), 5, {})
         relay.run(Producer(relay, pause_s=0)())
         async with relay.subscribe(0) as stream:
             sent = [data async for data in stream]
-        await relay.stored.wait()
-        assert time.monotonic() - started < 1.5  # the end of a session is written at once, not at the next flush
+        await asyncio.wait_for(relay.stored.wait(), 60)
         assert sessions.live == 0  # from now on the store answers
 
         stream = await sessions.resume(relay.session_id, after_seq=3)

