@@ -8,9 +8,9 @@ CHROMIUM ?= /usr/bin/chromium
 # Tests and benchmarks run on Postgres, where the embedded key is refused: they get a key of their own unless the
 # environment gives one (never a production key: nothing they sign outlives the run).
 TEST_SECRET_KEY := test-only-key-never-used-in-production
-lint test bench: export DJANGO_SECRET_KEY ?= $(TEST_SECRET_KEY)
+lint test test-quick bench: export DJANGO_SECRET_KEY ?= $(TEST_SECRET_KEY)
 
-.PHONY: run test lint bench install install-dev system-packages clean
+.PHONY: run test test-quick lint bench install install-dev system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,12 +51,28 @@ lint: install-dev
 	@mkdir -p test-artifacts
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file test-artifacts/openapi.yaml
 
-# pytest exits 5 when it collected nothing: an empty run fails instead of passing. The 40 slowest tests are listed
-# at the end: the suite must stay well under CI's 90 minutes.
+# The suite runs on parallel workers (pytest-xdist), each with its own test database, Redis database and ports
+# (tests/workers.py); a test file stays on one worker, so module fixtures are shared as written. docs/testing.md.
+TEST_WORKERS ?= 3
+TEST_ENV = DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 CHROMIUM=$(CHROMIUM)
+PYTEST = $(BIN)/python -m pytest -p tests.workers -p no:cacheprovider
+# When this make started: `make test` prints its own total, install and lint included.
+STARTED_AT := $(shell date +%s)
+
+# pytest exits 5 when it collected nothing: an empty run fails instead of passing. The 25 slowest tests are listed
+# at the end: the suite must stay under 20 minutes (docs/testing.md).
 test: install-dev system-packages vllm-env lint
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 \
-	  CHROMIUM=$(CHROMIUM) $(BIN)/pytest -p no:cacheprovider --durations=40 tests; \
-	status=$$?; if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
+	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25 tests; \
+	status=$$?; echo "make test: $$(( $$(date +%s) - $(STARTED_AT) )) s in all (install, lint and the suite), pytest exit $$status"; \
+	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
+
+# The inner loop: every test that starts no process, browser or engine (a test that tries fails, naming the marker
+# it needs). Postgres and Redis are still the real ones.
+test-quick: install-dev
+	CONTROLPLANE_TEST_TIER=quick $(TEST_ENV) $(PYTEST) -n 2 --dist loadfile -q \
+	  -m "not fleet and not browser and not vllm" tests; \
+	status=$$?; echo "make test-quick: $$(( $$(date +%s) - $(STARTED_AT) )) s"; \
+	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
 
 bench: install-dev
 	$(BIN)/python bench/run.py
@@ -75,6 +91,8 @@ bench: install-dev
 	$(BIN)/python bench/impact_conclusions.py
 	$(BIN)/python bench/tuning_sampler.py
 	$(BIN)/python bench/tuning.py
+	$(BIN)/python bench/simulator_timeline.py
+	$(BIN)/python bench/suite_measurements.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var staticfiles test-artifacts

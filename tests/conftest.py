@@ -1,5 +1,7 @@
 """Shared fixtures: one user per role, API clients signed in as each, and the seed document."""
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,46 @@ def api_for(users):
     return build
 
 
+# Markers that start processes; a test carrying one of them is in the `fleet` tier (docs/testing.md).
+PROCESS_MARKERS = ("agents", "sqlite", "subprocess")
+
+
+def pytest_configure(config):
+    """Workers share nothing: without tests.workers, two workers would clear each other's Redis state. The quick tier
+    (CONTROLPLANE_TEST_TIER=quick, `make test-quick`) refuses to start any process, so a test that needs one and is
+    not marked for it fails there instead of slowing the inner loop."""
+    isolated = os.environ.get("CONTROLPLANE_TEST_WORKER_ISOLATED")
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL") and not isolated:
+        raise pytest.UsageError("parallel workers need `-p tests.workers` (a Redis database each): see docs/testing.md")
+    if os.environ.get("CONTROLPLANE_TEST_TIER") == "quick":
+        refuse_processes()
+
+
+def refuse_processes() -> None:
+    started = subprocess.Popen.__init__
+
+    def refuse(self, args, *rest, **kwargs):
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+        if not test:  # pytest's own machinery (xdist starting its workers), not a test or its fixtures
+            return started(self, args, *rest, **kwargs)
+        raise AssertionError(
+            f"{test} starts a process ({args!r:.80}) in the quick tier: mark its module "
+            "pytest.mark.subprocess (or agents, sqlite, browser, vllm) - docs/testing.md"
+        )
+
+    subprocess.Popen.__init__ = refuse
+
+
 def pytest_collection_modifyitems(config, items):
-    """Browser tests run last: they are the slowest and their event loop must not precede async_to_sync users."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    """Every test that starts a process carries `fleet` as well as the marker that says which (-m fleet runs that
+    tier). Browser tests run last: their event loop must not precede async_to_sync users. Before them, the engine
+    and fleet tiers go first, so that parallel workers start the longest files early and end together."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
+            item.add_marker(pytest.mark.fleet)
+
+    def order(item) -> tuple[bool, bool, bool]:
+        browser = item.get_closest_marker("browser") is not None
+        return browser, item.get_closest_marker("vllm") is None, item.get_closest_marker("fleet") is None
+
+    items.sort(key=order)

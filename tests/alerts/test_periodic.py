@@ -69,6 +69,7 @@ def test_an_entry_runs_at_its_period_until_stopped():
     assert all(0.15 < gap < 0.35 for gap in gaps), gaps
 
 
+@pytest.mark.subprocess
 def test_embedded_mode_evaluates_inside_the_server_and_browsers_hear_it(tmp_path):
     """`run_periodic --serve` on SQLite with the in-memory layer: a lost node's alert reaches a browser socket."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_TASK_ALWAYS_EAGER"}}

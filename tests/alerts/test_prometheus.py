@@ -50,6 +50,7 @@ def busy_fleet(fleet, clock):
     return fleet
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db
 def test_control_plane_metrics_pass_promtool(busy_fleet, settings, clock, monkeypatch):
     settings.METRICS_API_KEY = "scrape-key-123"
@@ -119,6 +120,7 @@ def test_engine_node_gateway_metrics_pass_promtool_but_for_vllms_colons(tmp_path
     assert checked.returncode in (0, 3)  # 3: lint warnings (the colons) and nothing worse
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db
 def test_exported_rules_pass_promtool_and_say_what_the_rules_say(default_rules, tmp_path):
     rules, dashboard = tmp_path / "rules.yml", tmp_path / "dashboard.json"

@@ -37,7 +37,7 @@ from tests.conftest import make_user
 from tests.datasets.factories import easy_dataset, train_now
 from tests.live_server import Daphne
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

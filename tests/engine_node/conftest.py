@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -202,15 +203,19 @@ def vllm_python() -> Path:
 
 
 def _ensure_model(python: Path, out_dir: Path, *extra: str) -> Path:
+    """Generate (or find) the model; parallel workers take turns on a lock, so none reads a half-written one."""
     env = dict(os.environ, **VLLM_ENV)
-    subprocess.run(
-        [str(python), str(MAKE_TINY_MODEL), *extra, str(out_dir)],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / ".generate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [str(python), str(MAKE_TINY_MODEL), *extra, str(out_dir)],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return out_dir
 
 

@@ -11,9 +11,13 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 from engine_node.client_keys import key_entry
 from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until, write_key_file
 from tests.live_server import ROOT, free_port, wait_for_port
+
+pytestmark = pytest.mark.subprocess
 
 
 def alive(pid: int) -> bool:

@@ -239,6 +239,7 @@ def test_gpu_inventory_parses_nvidia_smi_csv():
     assert parse("") == []
 
 
+@pytest.mark.subprocess
 def test_hello_reports_the_gateway_url_and_the_model_clients_send_and_heartbeats_follow_a_renamed_model(tmp_path):
     from engine_node.agent import Agent
 

@@ -98,6 +98,7 @@ def test_summary_of_workers_is_the_worst_worker_and_summed_bytes():
     assert (cpu["fragmentation"], cpu["reserved_bytes"], cpu["device"]) == (None, None, "cpu")
 
 
+@pytest.mark.subprocess
 def test_cleanup_drains_resets_and_brings_fragmentation_down(simulator):
     async def scenario():
         admission = Admission(queue_timeout_s=10)
@@ -149,6 +150,7 @@ def test_cleanup_drains_resets_and_brings_fragmentation_down(simulator):
     json.dumps(result)  # plain JSON, as the command result carries it
 
 
+@pytest.mark.subprocess
 def test_a_drain_that_does_not_finish_resumes_and_reports_failure(simulator):
     async def scenario():
         admission = Admission(queue_timeout_s=10)

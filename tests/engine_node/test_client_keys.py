@@ -77,6 +77,7 @@ def test_a_bundle_section_that_is_not_a_list_accepts_no_key():
     assert parse_entries({"name": "x"}, "bundle") == [] and parse_entries(None, "bundle") == []
 
 
+@pytest.mark.subprocess
 def test_the_key_file_command_writes_a_private_file_the_agent_loads(tmp_path):
     path = tmp_path / "keys" / "client_keys.json"
     command = [sys.executable, "-m", "engine_node.client_keys", "new", "--file", str(path)]
@@ -103,6 +104,7 @@ def test_the_key_file_command_writes_a_private_file_the_agent_loads(tmp_path):
         ('{"client_keys": [{"name": "x"}]}', "client_keys[0]: x: prefix"),
     ],
 )
+@pytest.mark.subprocess
 def test_a_bad_key_file_stops_the_agent_at_start_naming_the_problem(tmp_path, content, words):
     path = tmp_path / "keys.json"
     path.write_text(content)

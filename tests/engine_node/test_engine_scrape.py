@@ -134,6 +134,7 @@ sleep 30
 """
 
 
+@pytest.mark.subprocess
 def test_gpu_utilisation_reads_a_long_running_nvidia_smi(tmp_path, monkeypatch):
     smi = tmp_path / "nvidia-smi"
     smi.write_text(FAKE_NVIDIA_SMI, encoding="utf-8")
@@ -170,6 +171,7 @@ async def _scrape_twice(url: str, between) -> tuple[dict, dict, tuple]:
         await scraper.close()
 
 
+@pytest.mark.subprocess
 def test_scrapes_the_simulator_with_speculative_decoding(tmp_path):
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})
     simulator = Simulator(tmp_path, None, ("--served-model-name", "chat", "--speculative-config", spec), None)

@@ -7,9 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.engine_node.fleet import wait_until
 from tests.engine_node.test_agent_shutdown import alive
 from tests.live_server import ROOT
+
+pytestmark = pytest.mark.subprocess
 
 PARENT = """
 import subprocess, sys, time

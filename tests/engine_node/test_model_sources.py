@@ -198,6 +198,7 @@ def test_repo_ids_are_read_from_the_hugging_face_cache(tmp_path, monkeypatch):
     assert tokenizer_directory("Qwen/Qwen3-8B") is None
 
 
+@pytest.mark.subprocess
 def test_the_tiny_test_models_share_one_tokenizer_and_a_changed_copy_does_not(
     tiny_model_dir, tiny_draft_model_dir, tmp_path
 ):

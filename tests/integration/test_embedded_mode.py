@@ -13,6 +13,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

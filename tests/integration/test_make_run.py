@@ -10,7 +10,7 @@ at the end; SIGTERM to `make` leaves no process behind: every process that ever 
 environment (make, run.sh, daphne, the demo fleet, agents, simulators, the load generator) is gone.
 
 How long each stage takes, the nodes' P99 over five minutes of the demo and how long stopping takes are measured by
-`make bench` (bench/make_run.py runs this test with a five-minute watch and reads its figures).
+`make bench` (bench/suite_measurements.py runs this test with a five-minute watch and prints its figures).
 """
 
 import contextlib
@@ -30,6 +30,8 @@ import pytest
 from openai import OpenAI
 
 from tests.live_server import ROOT, free_port
+
+pytestmark = pytest.mark.subprocess
 
 # Install check, migrations, demo data and static files on a fresh var dir, until the server answers: tens of
 # seconds on an idle 2-core machine, minutes when other jobs hold both cores.

@@ -13,7 +13,7 @@ from rest_framework.authtoken.models import Token
 from tests.conftest import make_user
 from tests.live_server import Daphne
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 
 def test_an_oversized_json_body_is_a_413_without_parsing(tmp_path):

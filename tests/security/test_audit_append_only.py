@@ -11,6 +11,8 @@ from django.db import DatabaseError, connection, transaction
 
 from controlplane.audit.models import AuditEntry
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 INSERT = (
     "INSERT INTO audit_auditentry (at, actor_name, request_id, action, target_type, target_id, target_repr, reason)"

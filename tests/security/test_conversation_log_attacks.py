@@ -111,6 +111,7 @@ def multipart(name: str, field: str, data: bytes, boundary="cp-boundary") -> byt
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_daphne_allows_the_larger_limit_on_the_log_endpoint_only(tmp_path, agent):
     server = Daphne(tmp_path, extra_env={"UPLOAD_MAX_BYTES": str(3 * MIB), "CONVERSATION_LOG_MAX_BYTES": str(6 * MIB)})

@@ -87,6 +87,7 @@ def test_a_nan_latency_factor_is_refused_too():
     ("variable", "value"),
     [("ALERT_LEAK_WINDOW_S", "5"), ("ALERT_TREND_POINT_S", "0"), ("ALERT_BATCH_TIMEOUT_BASELINE_S", "soon")],
 )
+@pytest.mark.subprocess
 def test_detector_windows_that_cannot_hold_a_trend_stop_the_start_naming_the_setting(tmp_path, variable, value):
     result = manage_check(tmp_path, **{variable: value})
     assert result.returncode != 0

@@ -15,6 +15,8 @@ import pytest
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 from tests.live_server import ROOT, free_port, wait_for_port
 
+pytestmark = pytest.mark.subprocess
+
 TOKEN = "node-token-7f3c9a1e5b"
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "aws-secret-4d2b8e",

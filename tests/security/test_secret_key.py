@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED_KEY = "embedded-insecure-key-set-DJANGO_SECRET_KEY-in-production"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/controlplane"

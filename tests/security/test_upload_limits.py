@@ -74,6 +74,7 @@ def post(daphne, path: str, body, headers: dict) -> tuple[int, dict]:
         connection.close()
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_daphne_refuses_by_content_length_and_by_counting_a_chunked_body(daphne, settings):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE

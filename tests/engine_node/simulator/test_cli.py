@@ -2,6 +2,10 @@
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
 
 def test_help_documents_every_vllm_flag_the_agent_passes(run_simulator):
     result = run_simulator(("--help",))

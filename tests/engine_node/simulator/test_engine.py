@@ -9,6 +9,8 @@ import pytest
 
 from tests.engine_node.simulator.conftest import chat_body
 
+pytestmark = pytest.mark.subprocess
+
 # Blocks of 16 one-byte tokens, so kv_cache_bytes / 16 is the block count at --gpu-memory-utilization 1.
 SMALL_CACHE = {"max_position_embeddings": 256, "kv_cache": {"block_size": 16, "bytes_per_token": 1}}
 

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+pytestmark = pytest.mark.subprocess
+
 
 def test_error_rate_one_fails_every_completion_while_health_stays_up(start_simulator):
     simulator = start_simulator()

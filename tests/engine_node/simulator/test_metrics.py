@@ -8,6 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.engine_node.simulator.conftest import chat_body
 
+pytestmark = pytest.mark.subprocess
+
 EXPECTED_TYPES = {
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",

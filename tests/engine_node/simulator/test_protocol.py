@@ -6,6 +6,8 @@ import pytest
 
 from tests.engine_node.simulator.conftest import chat_body
 
+pytestmark = pytest.mark.subprocess
+
 SENTENCE_ENDS = (".", "。")
 
 

@@ -12,7 +12,10 @@ The demo engines would serve ~50 QPS each, more than two CPU cores can offer thr
 them measures the machine. This test slows the simulated GPU instead (tests/replays/comparisons/saturation_profile.yaml:
 the demo profile, every simulated duration x 12) and gives both versions engine.max_num_seqs 16: three engines then
 complete about 7 requests a second. Each version climbs 2, 4, 6, 8 QPS, 20 s a step (Poisson: 51, 93, 108 and 173
-requests), twice, alternating.
+requests), twice, alternating. That is the measurement, and `make bench` runs it (bench/suite_measurements.py sets
+CONTROLPLANE_LADDER_MEASURE=1); `make test` checks the mechanism on a short run: one ladder each, 2 and 6 QPS, 10 s
+a step, with everything but the direction asserted (lines, steps, traceable P99s, continuations, the stored
+comparison).
 
 The line (the run's `slo_p99_s`) is 16 s. On this profile a decode step takes 30 ms, so the defaults' longest replies
 (512 tokens) need about 15.4 s of decode alone and the cap's 256-token first round about 7.7 s: a line between the
@@ -24,6 +27,7 @@ longest reply it drew; the test prints what the same steps sustain at those line
 Everything here is simulated (engine_node.simulator), not a vLLM measurement.
 """
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -49,8 +53,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 SATURATION_PROFILE = ROOT / "tests/replays/comparisons/saturation_profile.yaml"
 TIME_SCALE = 12.0  # the profile's latency.time_scale
 SEATS = 16
-STEPS = [2, 4, 6, 8]
-STEP_S = 20
+# The measurement (make bench) or the mechanism on a short run (make test); see the docstring.
+MEASURE = os.environ.get("CONTROLPLANE_LADDER_MEASURE") == "1"
+STEPS = [2, 4, 6, 8] if MEASURE else [2, 6]
+STEP_S = 20 if MEASURE else 10
+ROUNDS = 2 if MEASURE else 1
 LINE_S = 16.0  # between a 256-token first round (~7.7 s) and a 512-token reply (~15.4 s) on this profile
 # The report's warning and target lines on engines twelve times slower: printed, not asserted (the docstring).
 SCALED_REPORT_LINES_S = (1.6 * TIME_SCALE, 1.8 * TIME_SCALE)
@@ -69,7 +76,7 @@ def test_the_template_carries_more_load_within_the_slo(saturation_fleet, sre, ag
     assert sum(STEPS) * STEP_S <= CONVERSATIONS  # every step replays distinct conversations
 
     runs = {"defaults": [], "template": []}
-    for name, version in (("defaults", defaults), ("template", seed)) * 2:
+    for name, version in (("defaults", defaults), ("template", seed)) * ROUNDS:
         publish_and_wait(sre, pool, version)
         assert {flag_value(engine_cmdline(a.health()["engine_pid"]), "--max-num-seqs") for a in agents} == {str(SEATS)}
         run = replay(
@@ -113,24 +120,27 @@ def test_the_template_carries_more_load_within_the_slo(saturation_fleet, sre, ag
             continued = run.requests.filter(ok=True, continuation_rounds__gt=0).count()
             assert (continued > 0) == (name == "template"), (run.pk, name, continued)
 
-    # The direction the report saw: more load within the line. Each pair (defaults, then template) and both together.
     pairs = list(zip(runs["defaults"], runs["template"], strict=True))
-    assert all(sustained[t.pk] >= sustained[d.pk] for d, t in pairs), sustained
-    assert sum(sustained[t.pk] for _, t in pairs) > sum(sustained[d.pk] for d, _ in pairs), sustained
+    if MEASURE:
+        # The direction the report saw: more load within the line. Each pair (defaults, then template) and both.
+        assert all(sustained[t.pk] >= sustained[d.pk] for d, t in pairs), sustained
+        assert sum(sustained[t.pk] for _, t in pairs) > sum(sustained[d.pk] for d, _ in pairs), sustained
 
-    # The stored comparison of the second pair (the first pair are its repeat runs) says the same, on the same line.
+    # The stored comparison of the last pair (any earlier pairs are its repeat runs), on the same line.
+    last_defaults, last_template = pairs[-1]
     comparison = replay_comparison_create(
-        actor=agent, run_ids=[runs["defaults"][1].pk, runs["template"][1].pk], label="capacity within the SLO"
+        actor=agent, run_ids=[last_defaults.pk, last_template.pk], label="capacity within the SLO"
     )
     result = comparison.result
     row = next(r for r in result["figures"] if r["key"] == "ladder.sustained_qps")
     cmp = row["comparisons"][0]
     print(f"  stored: {result['verdict'][0]} (interval {cmp['ci']}, spread {cmp['spread']})")
-    assert row["values"] == [sustained[runs["defaults"][1].pk], sustained[runs["template"][1].pk]]
-    assert cmp["direction"] == ("better" if row["values"][1] > row["values"][0] else "same"), cmp
+    assert row["values"] == [sustained[last_defaults.pk], sustained[last_template.pk]]
+    if MEASURE:
+        assert cmp["direction"] == ("better" if row["values"][1] > row["values"][0] else "same"), cmp
     assert f"with first-round P99 <= {LINE_S:g} s" in result["verdict"][0]
     assert result["is_simulated"] is True
-    assert all(run["repeat_run_ids"] for run in result["runs"]), result["runs"]
+    assert all(bool(run["repeat_run_ids"]) == (ROUNDS > 1) for run in result["runs"]), result["runs"]
     for key in ("throughput.requests_per_s", "latency.first_round_s.p99", "latency.first_round_s.p50"):
         entry = next(r for r in result["figures"] if r["key"] == key)
         print(f"  stored {key:<28} {entry['values']} diff {entry['comparisons'][0]['diff']}")
