@@ -53,7 +53,7 @@ lint: install-dev
 
 # The suite runs on parallel workers (pytest-xdist), each with its own test database, Redis database and ports
 # (tests/workers.py); a test file stays on one worker, so module fixtures are shared as written. docs/testing.md.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 TEST_ENV = DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 CHROMIUM=$(CHROMIUM)
 PYTEST = $(BIN)/python -m pytest -p tests.workers -p no:cacheprovider
 # When this make started: `make test` prints its own total, install and lint included.
@@ -61,7 +61,10 @@ STARTED_AT := $(shell date +%s)
 
 # pytest exits 5 when it collected nothing: an empty run fails instead of passing. The 25 slowest tests are listed
 # at the end: the suite must stay under 20 minutes (docs/testing.md).
-test: install-dev system-packages vllm-env lint
+test:
+	@# The two environments and the system packages install side by side (separate venvs, apt apart), then lint.
+	$(MAKE) --no-print-directory -j3 install-dev system-packages vllm-env
+	$(MAKE) --no-print-directory lint
 	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25 tests; \
 	status=$$?; echo "make test: $$(( $$(date +%s) - $(STARTED_AT) )) s in all (install, lint and the suite), pytest exit $$status"; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status

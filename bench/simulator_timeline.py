@@ -2,7 +2,7 @@
 
 Steps follow a simulated timeline (engine_node/simulator/scheduler.py, Engine.run): a loop woken late starts its
 next step that much shorter, so lateness does not add up over a reply's hundreds of steps. One simulator (the demo
-profile at time_scale 0.2: ~2 ms decode steps) answers a 300-token reply (ignore_eos) three times idle and three
+profile at time_scale 1: ~2.5 ms decode steps) answers a 300-token reply (ignore_eos) three times idle and three
 times while another process spins on a core; printed: the simulated duration from the latency model, the best and
 median wall time of each, and their ratio to the simulated time. Before the timeline each step overslept by the
 loop's wake-up delay: 1.4-1.7x in total under the hog. Simulated figures, never a measurement of vLLM.
@@ -54,7 +54,7 @@ def timed(port: int, body: dict) -> float:
 def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         document = yaml.safe_load((ROOT / "engine_node/simulator/profiles/demo.yaml").read_text(encoding="utf-8"))
-        document.setdefault("latency", {})["time_scale"] = 0.2
+        document.setdefault("latency", {})["time_scale"] = 1.0
         profile_path = Path(directory) / "timeline.yaml"
         profile_path.write_text(yaml.safe_dump(document), encoding="utf-8")
         port = free_port()
@@ -78,7 +78,10 @@ def main() -> None:
         finally:
             process.terminate()
             process.wait(timeout=10)
-    print(f"simulator timeline, a {TOKENS}-token reply: simulated {simulated:.3f} s (latency model, time_scale 0.2)")
+    print(
+        f"simulator timeline, a {TOKENS}-token reply: simulated {simulated:.3f} s "
+        "(latency model, the demo profile at time_scale 1)"
+    )
     for label, times in (("idle", idle), ("a core held by a hog", busy)):
         best, median = min(times), statistics.median(times)
         print(f"  {label:<22} best {best:.3f} s  median {median:.3f} s  median / simulated {median / simulated:.2f}x")

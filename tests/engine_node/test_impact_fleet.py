@@ -5,8 +5,10 @@ through three publishes, each to every node at once, with 40 s windows before an
 15 s after the change, once the engines have restarted and the agents' 10 s sample windows hold only the new
 version's requests):
 
-1. `engine.quantization: fp8` on a simulated checkpoint whose fp8 steps cost 40× (the simulator's own latency model,
-   not an injected fault): the record says P99 worsened;
+1. `engine.quantization: fp8` on a simulated checkpoint whose fp8 steps cost 10× (the simulator's own latency model,
+   not an injected fault): the record says P99 worsened. Slow enough to be unmistakable, not so slow that the
+   engines saturate: an open loop against saturated engines completes fewer requests per second, and the record
+   would rightly call that a load shift;
 2. back to no quantization: the record says P99 improved;
 3. a hot temperature edit while a second load generator doubles the traffic: the record is inconclusive (load
    shifted), never credited.
@@ -36,7 +38,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
 SLOWER_FP8_PROFILE = """
 supported_quantizations:
-  fp8: 40
+  fp8: 10
 latency:
   time_scale: 0.5
 reply_length:
@@ -45,7 +47,7 @@ reply_length:
   min: 12
   max: 16
 """
-WINDOW_S = 40
+WINDOW_S = 40  # four 10 s samples a side: fewer cannot reach significance, however large the change
 SETTLE_S = 15
 QPS = 6.0
 
