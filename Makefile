@@ -52,8 +52,9 @@ lint: install-dev
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file test-artifacts/openapi.yaml
 
 # The suite runs on parallel workers (pytest-xdist), each with its own test database, Redis database and ports
-# (tests/workers.py); a test file stays on one worker, so module fixtures are shared as written. docs/testing.md.
-TEST_WORKERS ?= 4
+# (tests/workers.py); a test file stays on one worker, so module fixtures are shared as written, and the vLLM tests
+# run one after another on one worker (tests/conftest.py). docs/testing.md.
+TEST_WORKERS ?= 3
 TEST_ENV = DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 CHROMIUM=$(CHROMIUM)
 PYTEST = $(BIN)/python -m pytest -p tests.workers -p no:cacheprovider
 # When this make started: `make test` prints its own total, install and lint included.
@@ -65,14 +66,14 @@ test:
 	@# The two environments and the system packages install side by side (separate venvs, apt apart), then lint.
 	$(MAKE) --no-print-directory -j3 install-dev system-packages vllm-env
 	$(MAKE) --no-print-directory lint
-	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=25 tests; \
+	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests; \
 	status=$$?; echo "make test: $$(( $$(date +%s) - $(STARTED_AT) )) s in all (install, lint and the suite), pytest exit $$status"; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
 
 # The inner loop: every test that starts no process, browser or engine (a test that tries fails, naming the marker
 # it needs). Postgres and Redis are still the real ones.
 test-quick: install-dev
-	CONTROLPLANE_TEST_TIER=quick $(TEST_ENV) $(PYTEST) -n 2 --dist loadfile -q \
+	CONTROLPLANE_TEST_TIER=quick $(TEST_ENV) $(PYTEST) -n 2 --dist loadgroup -q \
 	  -m "not fleet and not browser and not vllm" tests; \
 	status=$$?; echo "make test-quick: $$(( $$(date +%s) - $(STARTED_AT) )) s"; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status

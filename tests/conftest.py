@@ -116,13 +116,18 @@ def refuse_processes() -> None:
     subprocess.Popen.__init__ = refuse
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Every test that starts a process carries `fleet` as well as the marker that says which (-m fleet runs that
-    tier). Browser tests run last: their event loop must not precede async_to_sync users. Before them, the engine
-    and fleet tiers go first, so that parallel workers start the longest files early and end together."""
+    tier). Parallel workers take a module at a time (its group), except that every vLLM test is in one group: vLLM
+    on the CPU takes every core it finds, and two at once on a 2-core machine time each other out. Browser tests run
+    last: their event loop must not precede async_to_sync users. Before them, the engine and fleet tiers go first,
+    so that parallel workers start the longest files early and end together."""
     for item in items:
         if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
             item.add_marker(pytest.mark.fleet)
+        group = "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
     def order(item) -> tuple[bool, bool, bool]:
         browser = item.get_closest_marker("browser") is not None

@@ -12,6 +12,10 @@ from tests.factories import legal_whitelist, pools, template_with_versions
 
 @pytest.fixture
 def world(users):
+    return build_world(users)
+
+
+def build_world(users) -> dict:
     """`legal` whitelist, template `chat` v1-v2, pools `staging` (ran v1 then v2) and `prod-main` (empty),
     node `gpu-1` in staging, connected, and an override of conversation `conv-1` in staging."""
     agent, sre = users["agent"], users["sre"]

@@ -2,6 +2,7 @@
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane import api_urls
@@ -31,13 +32,36 @@ from tests.api.authorization_rows import (
     MATRIX,
     Call,
 )
+from tests.api.conftest import build_world as api_world
 from tests.conftest import PASSWORD
 from tests.datasets.factories import easy_dataset, train_now
 from tests.helpers import state_snapshot
+from tests.module_data import fresh, module_rows, module_users
 from tests.replays.factories import finished_run
 from tests.replays.logs import log_lines, store_log
 from tests.reviews.factories import ingest, node_in
 from tests.reviews.factories import sample as review_sample
+
+
+@pytest.fixture(scope="module")
+def module_world(django_db_setup, django_db_blocker):
+    """The users and the API tests' world (tests/api/conftest.py), built once for the module's 800 tests
+    (tests/module_data.py); each row's own additions below are still built per test."""
+    with module_rows(django_db_blocker):
+        users = module_users(Role.values)
+        yield users, api_world(users)
+
+
+@pytest.fixture
+def users(db, module_world):
+    return fresh(module_world[0])
+
+
+@pytest.fixture
+def world(users, module_world):
+    # gpu-1 is connected as of now, not as of when the module began (it would read as lost a minute later).
+    EngineNode.objects.filter(name="gpu-1", is_connected=True).update(last_seen_at=timezone.now())
+    return fresh(module_world[1])
 
 
 @pytest.fixture(autouse=True)

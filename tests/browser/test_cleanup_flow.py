@@ -53,7 +53,8 @@ def test_sre_cleans_up_a_node_and_a_pool_and_sees_the_figures_live(seeded, serve
         page = new_page()
         login(page, server_url, "sre")
         page.goto(f"{server_url}/nodes/gpu-c1/")
-        caller = slow_request(agent)
+        # The engine stays slow (~5 s a step) until the page has shown the waiting drain, whatever the machine's load.
+        caller = slow_request(agent, latency_factor=10_000)
         page.fill("[data-testid=cleanup-reason]", "fragmentation alert on gpu-c1")
         page.click("#cleanup-memory")
         page.get_by_text("Sent clean up memory to gpu-c1.").wait_for()
@@ -62,6 +63,7 @@ def test_sre_cleans_up_a_node_and_a_pool_and_sees_the_figures_live(seeded, serve
         row = page.locator(f'tr[data-command="{command.pk}"]')
         # Loaded while the drain waits for the slow request; the rest arrives over the WebSocket.
         assert row.locator('[data-field="state"]').text_content() in {"pending", "running"}
+        engine_speed(agent, 1)
         row.locator('[data-field="state"]', has_text="succeeded").wait_for(timeout=30_000)
         result = row.locator('[data-field="result"]').inner_text()
         assert re.fullmatch(r"fragmentation \d+\.\d % → \d+\.\d % · KV cache \d+\.\d % → 0\.0 % · \d+\.\d s", result), (

@@ -1,0 +1,40 @@
+"""Rows built once for a whole test module instead of once per test.
+
+`module_rows(django_db_blocker)` opens a transaction that lasts the module: what a module fixture writes inside it is
+there for every test of the module, each test's own writes are rolled back to a savepoint as always (pytest-django's
+`db`), and the module's rows are rolled back when it ends, so the next module starts from an empty database. Only for
+modules whose tests use plain `django_db` (a transactional test would flush the tables from under the module).
+
+`fresh(value)` reads model instances (also inside lists and dicts) again from the database, so a test that changes
+an instance in memory never hands that change to the next test.
+"""
+
+import contextlib
+
+from django.db import models, transaction
+from django.test import override_settings
+
+from tests.conftest import make_user
+
+
+@contextlib.contextmanager
+def module_rows(django_db_blocker):
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield
+        transaction.set_rollback(True)
+
+
+def module_users(roles) -> dict:
+    """One user per role, as the `users` fixture makes them (with the fast hasher the non-browser tests use)."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        return {role: make_user(role) for role in roles}
+
+
+def fresh(value):
+    if isinstance(value, models.Model):
+        return type(value).objects.get(pk=value.pk)
+    if isinstance(value, list | tuple):
+        return type(value)(fresh(item) for item in value)
+    if isinstance(value, dict):
+        return {key: fresh(item) for key, item in value.items()}
+    return value
