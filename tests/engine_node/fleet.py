@@ -31,9 +31,16 @@ reply_length:
 """
 
 
+# A wait asks whether something happens at all, not how fast: on a machine shared by parallel workers, engines and
+# browsers, a few seconds bound nothing but the load. No wait gives up before this (it returns as soon as it can).
+MIN_WAIT_S = 30.0
+
+
 def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.1, explain=None):
     """Poll `predicate` until it is truthy; on time-out fail with `what` and, when given, `explain()`: the state a
-    reader needs to tell why (a run that fails once on a busy machine must say what it was waiting on)."""
+    reader needs to tell why (a run that fails once on a busy machine must say what it was waiting on). The time-out
+    is at least MIN_WAIT_S."""
+    timeout_s = max(timeout_s, MIN_WAIT_S)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
