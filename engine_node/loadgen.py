@@ -63,6 +63,11 @@ async def run(urls: list[str], qps: float, model: str, duration_s: float | None,
                 except (aiohttp.ClientError, TimeoutError):
                     stats["failed"] += 1
                     return
+                except RuntimeError as exc:  # aiohttp's "Connection closed." when a node stops mid-reply
+                    if "closed" not in str(exc).lower():
+                        raise
+                    stats["failed"] += 1
+                    return
                 if status in (429, 503) and retry_after.isdigit() and attempt < RETRIES:
                     stats["retried"] += 1
                     await asyncio.sleep(min(int(retry_after), MAX_RETRY_WAIT_S))

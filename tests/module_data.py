@@ -7,10 +7,15 @@ modules whose tests use plain `django_db` (a transactional test would flush the 
 
 `fresh(value)` reads model instances (also inside lists and dicts) again from the database, so a test that changes
 an instance in memory never hands that change to the next test.
+
+`module_world_fixtures(build, roles)` gives a module the three fixtures that do both: `module_world` (one user per
+role and `build(users)`, once), and `users` and `world` (fresh copies for each test), to be assigned to module names:
+`module_world, users, world = module_world_fixtures(build_world, Role.values)`.
 """
 
 import contextlib
 
+import pytest
 from django.db import models, transaction
 from django.test import override_settings
 
@@ -38,3 +43,26 @@ def fresh(value):
     if isinstance(value, dict):
         return {key: fresh(item) for key, item in value.items()}
     return value
+
+
+def module_world_fixtures(build, roles, before_each=None):
+    """(module_world, users, world) fixtures; `before_each()`, when given, runs in each test's transaction first (to
+    bring a module-old row up to the test's time, say)."""
+
+    @pytest.fixture(scope="module", name="module_world")
+    def module_world(django_db_setup, django_db_blocker):
+        with module_rows(django_db_blocker):
+            users = module_users(roles)
+            yield users, build(users)
+
+    @pytest.fixture(name="users")
+    def users(db, module_world):
+        return fresh(module_world[0])
+
+    @pytest.fixture(name="world")
+    def world(users, module_world):
+        if before_each is not None:
+            before_each()
+        return fresh(module_world[1])
+
+    return module_world, users, world

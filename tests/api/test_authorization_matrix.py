@@ -36,32 +36,21 @@ from tests.api.conftest import build_world as api_world
 from tests.conftest import PASSWORD
 from tests.datasets.factories import easy_dataset, train_now
 from tests.helpers import state_snapshot
-from tests.module_data import fresh, module_rows, module_users
+from tests.module_data import module_world_fixtures
 from tests.replays.factories import finished_run
 from tests.replays.logs import log_lines, store_log
 from tests.reviews.factories import ingest, node_in
 from tests.reviews.factories import sample as review_sample
 
 
-@pytest.fixture(scope="module")
-def module_world(django_db_setup, django_db_blocker):
-    """The users and the API tests' world (tests/api/conftest.py), built once for the module's 800 tests
-    (tests/module_data.py); each row's own additions below are still built per test."""
-    with module_rows(django_db_blocker):
-        users = module_users(Role.values)
-        yield users, api_world(users)
-
-
-@pytest.fixture
-def users(db, module_world):
-    return fresh(module_world[0])
-
-
-@pytest.fixture
-def world(users, module_world):
-    # gpu-1 is connected as of now, not as of when the module began (it would read as lost a minute later).
+def gpu_1_seen_now() -> None:
+    """gpu-1 is connected as of the test's time, not as of when the module began (it would read as lost later)."""
     EngineNode.objects.filter(name="gpu-1", is_connected=True).update(last_seen_at=timezone.now())
-    return fresh(module_world[1])
+
+
+# The users and the API tests' world (tests/api/conftest.py), built once for the module's 800 tests
+# (tests/module_data.py); each row's own additions below are still built per test.
+module_world, users, world = module_world_fixtures(api_world, Role.values, before_each=gpu_1_seen_now)
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from controlplane.reviews.services import review_item_label
 from tests.datasets.data import as_csv, easy_rows
 from tests.datasets.factories import easy_dataset, train_now
 from tests.factories import legal_whitelist, pools, ran_healthy, template_with_versions
-from tests.module_data import fresh, module_rows, module_users
+from tests.module_data import module_world_fixtures
 from tests.reviews.factories import ingest
 from tests.reviews.factories import sample as review_sample
 
@@ -38,23 +38,9 @@ OPERATORS = {Role.SRE, Role.ADMIN}
 RESPONDERS = {Role.ONCALL, Role.SRE, Role.ADMIN}
 
 
-@pytest.fixture(scope="module")
-def module_world(django_db_setup, django_db_blocker):
-    """The world below, built once for the module (tests/module_data.py): a training run and an evaluation a test
-    cost half a second, over 270 tests."""
-    with module_rows(django_db_blocker):
-        users = module_users(Role.values)
-        yield users, build_world(users)
-
-
-@pytest.fixture
-def users(db, module_world):
-    return fresh(module_world[0])
-
-
-@pytest.fixture
-def world(users, module_world):
-    return fresh(module_world[1])
+# The world below, built once for the module (tests/module_data.py): a training run and an evaluation a test cost
+# half a second, over 270 tests.
+module_world, users, world = module_world_fixtures(lambda users: build_world(users), Role.values)
 
 
 def build_world(users):
