@@ -54,7 +54,7 @@ lint: install-dev
 # The suite runs on parallel workers (pytest-xdist), each with its own test database, Redis database and ports
 # (tests/workers.py); a test file stays on one worker, so module fixtures are shared as written, and the vLLM tests
 # run one after another on one worker (tests/conftest.py). docs/testing.md.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 TEST_ENV = DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 CHROMIUM=$(CHROMIUM)
 PYTEST = $(BIN)/python -m pytest -p tests.workers -p no:cacheprovider
 # When this make started: `make test` prints its own total, install and lint included.

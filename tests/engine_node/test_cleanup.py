@@ -196,7 +196,7 @@ def test_automatic_cleanups_of_two_nodes_never_overlap(fleet, sre):
             lambda: (
                 automatic.filter(node__name="gpu-1").count() >= 1 and automatic.filter(node__name="gpu-2").count() >= 2
             ),
-            90,
+            180,  # fragmentation builds with the traffic the machine can carry: slower on a loaded machine
             "automatic cleanups on both nodes",
             interval_s=0.5,
         )
