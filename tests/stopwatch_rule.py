@@ -44,8 +44,7 @@ class _Names(ast.NodeVisitor):
     def __init__(self, tree: ast.AST):
         self.readings: set[str] = set()
         self.elapsed: set[str] = set()
-        self.deadlines: set[str] = set()
-        self.by_kind = {"reading": self.readings, "elapsed": self.elapsed, "deadline": self.deadlines}
+        by_kind = {"reading": self.readings, "elapsed": self.elapsed}
         assignments = [n for n in ast.walk(tree) if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign)]
         changed = True
         while changed:
@@ -57,9 +56,7 @@ class _Names(ast.NodeVisitor):
                 kind = self.kind(node.value)
                 for target in targets:
                     for name in _target_names(target):
-                        known = {"reading": self.readings, "elapsed": self.elapsed, "deadline": self.deadlines}.get(
-                            kind
-                        )
+                        known = by_kind.get(kind)
                         if known is not None and name not in known:
                             known.add(name)
                             changed = True
@@ -72,8 +69,6 @@ class _Names(ast.NodeVisitor):
                 return "elapsed"
             if node.id in self.readings:
                 return "reading"
-            if node.id in self.deadlines:
-                return "deadline"
         if isinstance(node, ast.BinOp):
             left, right = self.kind(node.left), self.kind(node.right)
             if isinstance(node.op, ast.Sub) and left == "reading":
@@ -83,10 +78,6 @@ class _Names(ast.NodeVisitor):
                 return "elapsed"
             if "elapsed" in (left, right):
                 return "elapsed"
-            if isinstance(node.op, ast.Add) and "reading" in (left, right):
-                return "deadline"
-            if "deadline" in (left, right):
-                return "deadline"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"round", "abs", "float"}:
             return self.kind(node.args[0]) if node.args else None
         return None
