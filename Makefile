@@ -61,12 +61,14 @@ PYTEST = $(BIN)/python -m pytest -p tests.workers -p no:cacheprovider
 STARTED_AT := $(shell date +%s)
 
 # pytest exits 5 when it collected nothing: an empty run fails instead of passing. The 25 slowest tests are listed
-# at the end: the suite must stay under 20 minutes (docs/testing.md).
+# at the end and every test's time is in test-artifacts/junit.xml: the suite must stay under 20 minutes
+# (docs/testing.md).
 test:
 	@# The two environments and the system packages install side by side (separate venvs, apt apart), then lint.
 	$(MAKE) --no-print-directory -j3 install-dev system-packages vllm-env
 	$(MAKE) --no-print-directory lint
-	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests; \
+	@mkdir -p test-artifacts
+	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=25 --junitxml=test-artifacts/junit.xml tests; \
 	status=$$?; echo "make test: $$(( $$(date +%s) - $(STARTED_AT) )) s in all (install, lint and the suite), pytest exit $$status"; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
 

@@ -5,17 +5,17 @@ latency belong in `make bench`. A test asserts an order, a count, a state or a s
 
 `stopwatch_asserts(source)` finds, in one module's source, every `assert` that compares an elapsed time: a
 difference involving a clock reading (`time.monotonic()`, `time.time()`, `time.perf_counter()`, their `_ns`
-forms, an event loop's `.time()`), or a name assigned from such a reading or such a difference, ordered against
-anything with `<`, `<=`, `>` or `>=`. Two moments ordered against each other (`sample["t"] <= time.time()`) are an
-order, not a stopwatch; waiting for a state with a generous deadline (`wait_until`, `while time.monotonic() <
-deadline`) asks whether something happens at all, and stays allowed.
+forms, an event loop's `.time()`, a datetime's `.timestamp()`), or a name assigned from such a reading or such a
+difference, ordered against anything with `<`, `<=`, `>` or `>=`. Two moments ordered against each other
+(`sample["t"] <= time.time()`) are an order, not a stopwatch; waiting for a state with a generous deadline
+(`wait_until`, `while time.monotonic() < deadline`) asks whether something happens at all, and stays allowed.
 """
 
 import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-CLOCKS = {"monotonic", "monotonic_ns", "time", "time_ns", "perf_counter", "perf_counter_ns"}
+CLOCKS = {"monotonic", "monotonic_ns", "time", "time_ns", "perf_counter", "perf_counter_ns", "timestamp"}
 ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 

@@ -21,6 +21,7 @@ def test_planted(gate):
     t0 = loop.time()
     assert gate.ok and (loop.time() - t0) <= 2.5, "at once"   # 13: inside a larger condition
     assert abs(time.time() - sample["t"]) < 5                 # 14: now minus a stored moment
+    assert rows[-1]["sent"] - cancelled.at.timestamp() < 1.0  # 15: a stored moment minus a datetime's
 """
 
 ALLOWED = """
@@ -34,6 +35,7 @@ def test_allowed(sample, rows):
     assert time.time() - 15 < sample["t"] <= time.time()      # a moment in a window of moments
     first, second = time.monotonic(), time.monotonic()
     assert first <= second                                    # an order of two readings
+    assert sample["t"] <= cancelled.at.timestamp()            # an order of two moments
     assert sample["duration_cap_s"] == 45 and sample["ttft_s"] <= sample["e2e_s"]
 """
 
@@ -46,5 +48,5 @@ def test_no_test_asserts_on_elapsed_time():
 
 
 def test_the_rule_finds_planted_stopwatches_and_leaves_waits_and_orders_alone():
-    assert [found.line for found in stopwatch_asserts(PLANTED)] == [7, 9, 11, 13, 14]
+    assert [found.line for found in stopwatch_asserts(PLANTED)] == [7, 9, 11, 13, 14, 15]
     assert stopwatch_asserts(ALLOWED) == []

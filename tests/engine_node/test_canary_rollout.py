@@ -154,7 +154,6 @@ def test_slower_version_is_rolled_back_automatically_with_no_failed_request(flee
     assert failed["verdict"] == "fail" and failed["canary_nodes"] == ["gpu-1"]
     assert failed["canary"]["latency_p99_s"] > failed["thresholds"]["p99_warn_s"]
     assert failed["canary"]["latency_p99_s"] > failed["baseline"]["latency_p99_s"] * failed["thresholds"]["p99_ratio"]
-    assert failed["baseline"]["latency_p99_s"] < 1.0
     pool.refresh_from_db()
     assert pool.desired_version_id == v1.pk
 

@@ -48,9 +48,11 @@ def test_bundle_lists_the_overrides_in_effect_on_the_pool(world):
     strict = override_set(
         actor=world["agent"], pool=world["prod"], conversation="会话-42", tier="strict", reason="退款金额争议"
     )
+    set_from = timezone.now()
     override_set(
         actor=world["sre"], pool=None, conversation="conv-a", temperature=0.5, reason="tone", expires_in_minutes=90
     )
+    set_until = timezone.now()
     override_set(actor=world["agent"], pool=world["staging"], conversation="conv-b", tier="creative", reason="test")
     expired = override_set(actor=world["agent"], pool=world["prod"], conversation="conv-c", tier="normal", reason="x")
     ConversationOverride.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
@@ -75,7 +77,7 @@ def test_bundle_lists_the_overrides_in_effect_on_the_pool(world):
         },
     ]
     assert isinstance(overrides[0]["expires_at"], float)
-    assert abs(overrides[0]["expires_at"] - (timezone.now() + timedelta(minutes=90)).timestamp()) < 5
+    assert set_from + timedelta(minutes=90) <= everywhere.expires_at <= set_until + timedelta(minutes=90)
 
 
 def test_of_a_pool_and_an_all_pools_override_of_one_conversation_the_newest_wins(world):
