@@ -39,6 +39,28 @@ def fresh_shared_samples():
             client.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def audit_table_flushable():
+    """Django empties the test database after each transactional test with one TRUNCATE of every table, which the
+    audit table's trigger refuses, as it refuses anyone's (controlplane/audit/migrations/0004). The test database's
+    owner lifts that one trigger for the flush, inside the flush's own transaction; nothing else is exempt."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    flush = DatabaseOperations.execute_sql_flush
+    trigger = "ALTER TABLE audit_auditentry {} TRIGGER audit_entry_no_truncate"
+
+    def execute_sql_flush(self, sql_list):
+        if any("audit_auditentry" in sql for sql in sql_list):
+            sql_list = [trigger.format("DISABLE"), *sql_list, trigger.format("ENABLE")]
+        return flush(self, sql_list)
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush
+    try:
+        yield
+    finally:
+        DatabaseOperations.execute_sql_flush = flush
+
+
 @pytest.fixture
 def seed_yaml() -> str:
     return SEED_YAML_PATH.read_text(encoding="utf-8")
