@@ -7,6 +7,7 @@ from pathlib import Path
 import dj_database_url
 
 from controlplane.lib.env import EnvError, env_bool, env_int, env_list, env_str
+from controlplane.lib.gateway_addresses import allowed_parse, ports_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
@@ -401,6 +402,18 @@ LOGGING = {
     },
 }
 
+# Where nodes' gateways may be (the control plane sends replays there): addresses, networks, host names, *.suffix.
+# Empty: each node's gateway must be at the address its WebSocket came from (docs/security.md).
+NODE_GATEWAY_ALLOWED = env_list("NODE_GATEWAY_ALLOWED", [])
+NODE_GATEWAY_PORTS = env_list("NODE_GATEWAY_PORTS", [])
+try:
+    allowed_parse(NODE_GATEWAY_ALLOWED)
+except ValueError as exc:
+    raise EnvError(f"NODE_GATEWAY_ALLOWED: {exc}") from None
+try:
+    ports_parse(NODE_GATEWAY_PORTS)
+except ValueError as exc:
+    raise EnvError(f"NODE_GATEWAY_PORTS: {exc}") from None
 # Engine-node agents: heartbeat period they are told to use, and silence after which a node counts as lost.
 NODE_HEARTBEAT_S = env_int("NODE_HEARTBEAT_S", 2)
 NODE_LOST_AFTER_S = env_int("NODE_LOST_AFTER_S", 10)

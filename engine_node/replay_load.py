@@ -94,7 +94,8 @@ def read_usage(outcome: Outcome, usage) -> None:
 
 async def chat_once(session: aiohttp.ClientSession, shot: Shot, outcome: Outcome, started: float) -> None:
     """Send one chat request and fill `outcome`; `started` is the monotonic time it left."""
-    async with session.post(f"{shot.url}/v1/chat/completions", json=shot.body) as response:
+    # A redirect is an answer: following it would carry the key and the messages to an address nobody checked.
+    async with session.post(f"{shot.url}/v1/chat/completions", json=shot.body, allow_redirects=False) as response:
         outcome.status_code = response.status
         read_decision(outcome, response.headers)
         if response.status != 200:

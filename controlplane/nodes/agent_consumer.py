@@ -72,6 +72,7 @@ class AgentConsumer(EventConsumer):
             return
         self.node_id = node.pk
         self.node_name, self.pool_name = node.name, node.pool.name
+        self.address = address  # by default the node's gateway must be here (controlplane/lib/gateway_addresses.py)
         # hash -> (version id, version ref) of configs pushed on this connection; the latest is desired.
         self.pushed: dict[str, tuple[int, dict]] = {}
         self.desired_hash = ""
@@ -133,7 +134,11 @@ class AgentConsumer(EventConsumer):
         if kind == "hello":
             self.reported_status = content.get("status")
             push = await self._db(
-                agent_sessions.node_hello, node_id=self.node_id, session_id=self.channel_name, hello=content
+                agent_sessions.node_hello,
+                node_id=self.node_id,
+                session_id=self.channel_name,
+                hello=content,
+                address=self.address,
             )
             if push is not None:
                 await self.config_push(push)

@@ -170,7 +170,11 @@ class EngineNode(models.Model):
     agent_version = models.CharField(max_length=32, blank=True)
     gpus = models.JSONField(default=list, blank=True)
     # Where clients reach the node's OpenAI gateway and the model name they must send, as the agent reports them.
+    # Only an address the control plane may send to (controlplane/lib/gateway_addresses.py); a refused one is kept
+    # out, and why is shown instead. `agent_address` is where the node's WebSocket came from, the default allowance.
     gateway_url = models.CharField(max_length=500, blank=True)
+    gateway_url_refused = models.CharField(max_length=300, blank=True)
+    agent_address = models.GenericIPAddressField(null=True, blank=True)
     served_model_name = models.CharField(max_length=255, blank=True)
     reported_status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTING)
     is_connected = models.BooleanField(default=False)

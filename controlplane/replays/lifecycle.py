@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import F, Max, Min
 from django.utils import timezone
 
+from controlplane.lib.gateway_addresses import GatewayRefused, gateway_url_checked
 from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.client_keys import client_key_create, client_key_revoke
 from controlplane.replays import plan as planning
@@ -65,24 +66,40 @@ def run_plan(run: ReplayRun) -> list[planning.Planned]:
 
 
 def serving_targets(run: ReplayRun, *, now=None) -> list[dict]:
-    """The nodes the run sends to, each serving (online, with a gateway address); chosen ones must all serve."""
+    """The nodes the run sends to, each serving (online, with a gateway address the control plane may send to, checked
+    again now and its host name resolved); chosen ones must all serve."""
     now = now or timezone.now()
     nodes = EngineNode.objects.filter(pool_id=run.pool_id).order_by("name")
     if run.nodes:
         nodes = nodes.filter(name__in=run.nodes)
-    targets, idle = [], []
+    targets, idle, refused = [], [], []
     for node in nodes:
-        if node.status(now) == EngineNode.Status.ONLINE and node.gateway_url:
-            targets.append({"name": node.name, "url": node.gateway_url.rstrip("/"), "model": node.served_model_name})
-        else:
+        if node.status(now) != EngineNode.Status.ONLINE or not node.gateway_url:
             idle.append(f"{node.name} ({node.status(now)})")
-    if run.nodes and idle:
-        raise StartFailed(f"nodes: not serving: {', '.join(idle)}")
+            continue
+        try:
+            url = gateway_url_checked(node.gateway_url, agent_address=node.agent_address, resolve=True)
+        except GatewayRefused as exc:
+            refused.append(f"{node.name} ({exc})")
+            continue
+        targets.append({"name": node.name, "url": url, "model": node.served_model_name, "agent": node.agent_address})
+    if run.nodes and (idle or refused):
+        raise StartFailed(f"nodes: not serving: {', '.join(idle + refused)}")
     if run.nodes and len(targets) != len(run.nodes):
         raise StartFailed(f"nodes: no longer in pool {run.pool.name}")
     if not targets:
-        raise StartFailed(f"pool: no node of {run.pool.name} is online with a gateway address")
+        because = f"; refused: {', '.join(refused)}" if refused else ""
+        raise StartFailed(f"pool: no node of {run.pool.name} is online with a gateway address{because}")
     return targets
+
+
+def targets_checked(targets: list[dict]) -> None:
+    """Check the run's stored targets once more before sending to them; StartFailed naming the node if one fails."""
+    for target in targets:
+        try:
+            gateway_url_checked(target["url"], agent_address=target.get("agent"), resolve=True)
+        except GatewayRefused as exc:
+            raise StartFailed(f"nodes: {target['name']}: {exc}") from None
 
 
 def replay_start(run_id: int) -> list[tuple[int, int, str]]:
@@ -156,10 +173,20 @@ def wait_for_key(targets: list[dict], key: str, *, timeout_s: float, cancelled) 
         time.sleep(0.2)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect would carry the run's key to an address nobody checked: it is an answer, not a new request."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def _accepts(url: str, key: str) -> bool:
     request = urllib.request.Request(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"})  # noqa: S310
     try:
-        with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 - the node's reported gateway
+        with _OPENER.open(request, timeout=2) as response:  # a gateway URL checked by serving_targets
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False

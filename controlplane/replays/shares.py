@@ -123,6 +123,11 @@ def replay_share(run_id: int, index: int, key: str) -> None:
     run = ReplayRun.objects.filter(pk=run_id).first()
     if run is None or run.status not in (ReplayRun.Status.RUNNING, ReplayRun.Status.CANCELLING):
         return
+    try:
+        lifecycle.targets_checked(run.targets)
+    except lifecycle.StartFailed as exc:  # stored before this check existed, or a name that now resolves elsewhere
+        lifecycle.share_finished(run_id, cpu_s=0.0, error=f"share {index}: {exc}")
+        return
     cpu_s = 0.0
     error = ""
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"replay-{run_id}-writer")

@@ -63,6 +63,8 @@ def test_the_compose_file_runs_two_asgi_processes_one_beat_and_migrates_first():
     for name in asgi:
         assert f"server {name}:8000" in nginx
     assert "proxy_set_header Upgrade $http_upgrade;" in nginx
+    # daphne takes the first X-Forwarded-For value: appending to the client's own would let a node choose its address.
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in nginx and "$proxy_add_x_forwarded_for" not in nginx
 
 
 @pytest.mark.parametrize(("source", "doc"), manifests(), ids=lambda v: v if isinstance(v, str) else v["kind"])

@@ -79,9 +79,10 @@ def test_a_late_disconnect_of_an_older_connection_does_not_mark_the_node_lost(no
 def test_hello_records_the_gateway_url_and_model_name_and_a_heartbeat_updates_a_renamed_model(node_and_token):
     node, _, _ = node_and_token
     hello = {"gateway_url": "http://10.0.0.7:9000/", "served_model_name": "chat"}
-    agent_sessions.node_hello(node_id=node.pk, session_id="s1", hello=hello)
+    agent_sessions.node_hello(node_id=node.pk, session_id="s1", hello=hello, address="10.0.0.7")
     node.refresh_from_db()
     assert (node.gateway_url, node.served_model_name) == ("http://10.0.0.7:9000", "chat")
+    assert (node.agent_address, node.gateway_url_refused) == ("10.0.0.7", "")
     agent_sessions.node_heartbeat(node_id=node.pk, heartbeat={"status": "online", "served_model_name": "support-bot"})
     agent_sessions.node_heartbeat(node_id=node.pk, heartbeat={"status": "online"})
     node.refresh_from_db()

@@ -108,7 +108,11 @@ def test_a_log_paced_too_fast_fails_at_start_naming_time_scale(world, users, set
 
     settings.REPLAY_MAX_QPS = 5
     EngineNode.objects.filter(name="stage-1").update(
-        is_connected=True, last_seen_at=timezone.now(), reported_status="online", gateway_url="http://127.0.0.1:9"
+        is_connected=True,
+        last_seen_at=timezone.now(),
+        reported_status="online",
+        gateway_url="http://127.0.0.1:9",
+        agent_address="127.0.0.1",
     )
     # 20 conversations one second apart, replayed 100x faster: 20 requests within 0.2 s.
     run = replay_run_create(

@@ -4,12 +4,13 @@ These are the node's own telemetry, not changes made by a person, so they are no
 change a browser should see is broadcast as `node.updated`.
 """
 
-from urllib.parse import urlsplit
+import ipaddress
 
 from django.db import transaction
 from django.db.models import Case, CharField, DateTimeField, F, TextField, Value, When
 from django.utils import timezone
 
+from controlplane.lib.gateway_addresses import GatewayRefused, gateway_url_checked
 from controlplane.nodes import realtime, tokens
 from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.selectors import node_desired_version, node_summary
@@ -29,8 +30,10 @@ def node_authenticate(*, token: str) -> EngineNode | None:
     return node if node and tokens.token_matches(token, node.token_hash) else None
 
 
-def node_hello(*, node_id: int, session_id: str, hello: dict) -> dict | None:
-    """Record the agent's identity and applied config; return the config to push if it is not the desired one."""
+def node_hello(*, node_id: int, session_id: str, hello: dict, address: str = "") -> dict | None:
+    """Record the agent's identity and applied config; return the config to push if it is not the desired one.
+
+    `address` is where the node's WebSocket came from ("" when unknown): by default its gateway must be there."""
     now = timezone.now()
     applied_hash = str(hello.get("applied_hash") or "")
     with transaction.atomic():
@@ -40,7 +43,8 @@ def node_hello(*, node_id: int, session_id: str, hello: dict) -> dict | None:
         node.engine_version = str(hello.get("engine_version", ""))[:64]
         node.agent_version = str(hello.get("agent_version", ""))[:32]
         node.gpus = hello.get("gpus") if isinstance(hello.get("gpus"), list) else []
-        node.gateway_url = _gateway_url(hello.get("gateway_url"))
+        node.agent_address = _ip_address(address)
+        node.gateway_url, node.gateway_url_refused = _gateway_url(hello.get("gateway_url"), node.agent_address)
         node.served_model_name = _model_name(hello.get("served_model_name"))
         node.reported_status = _status(hello.get("status"), node.reported_status)
         node.is_connected = True
@@ -113,18 +117,22 @@ def nodes_warmup_progress(*, reports: dict[int, list[dict]]) -> None:
         _broadcast(node)
 
 
-def _gateway_url(value) -> str:
-    """The reported gateway URL if it is an absolute http(s) URL a client could use, else "" (shown as a link)."""
-    if not isinstance(value, str) or len(value) > 500 or not value.isprintable() or " " in value:
-        return ""
+def _gateway_url(value, agent_address: str | None) -> tuple[str, str]:
+    """(the reported gateway URL, "") if the control plane may send to it, else ("", why not); nothing reported is
+    no refusal."""
+    if value in (None, ""):
+        return "", ""
     try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
+        return gateway_url_checked(value, agent_address=agent_address), ""
+    except GatewayRefused as exc:
+        return "", str(exc)[:300]
+
+
+def _ip_address(value: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(value))
     except ValueError:
-        return ""
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
-        return ""
-    return value.rstrip("/")
+        return None
 
 
 def _model_name(value) -> str:
