@@ -34,7 +34,7 @@ from controlplane.datasets.conversation_logs import (
     line_conversation_id,
     message_fields,
 )
-from controlplane.datasets.rows import RecordShape, UploadErrors, csv_records, jsonl_objects
+from controlplane.datasets.rows import MAX_NUMBER_DIGITS, RecordShape, UploadErrors, csv_records, jsonl_objects
 from controlplane.lib.body_limit import BodyTooLarge
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -215,8 +215,11 @@ class LogReader:
                 value = (record.get(name) or "").strip()
                 record[name] = None if value == "" else value
             for name in ("tokens", "prompt_tokens"):
-                if record[name] is not None:
-                    record[name] = int(record[name]) if record[name].isdigit() else record[name]
+                value = record[name]
+                # str.isdigit() also says yes to "²" and to 5,000 digits, which int() refuses: left as text, _count
+                # reports the field.
+                if value is not None and value.isascii() and value.isdigit() and len(value) <= MAX_NUMBER_DIGITS:
+                    record[name] = int(value)
             message = _message(number, "", record, self.errors)
             started_at = _timestamp(number, "", record, self.errors)
             if message is not None and self.errors.row_count == before:

@@ -6,6 +6,8 @@ Rows are numbered as lines of the file (a CSV header is row 1), so `row 7` is wh
 import csv
 import io
 import json
+import math
+import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -14,6 +16,11 @@ from controlplane.datasets.exceptions import DatasetInvalid, RowError
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_REPORTED_ERRORS = 50
+# No upload's fields nest deeper than a few levels (a conversation's message parts); no count or time needs 30 digits.
+MAX_JSON_DEPTH = 32
+MAX_NUMBER_DIGITS = 30
+_NUMBER_LIMIT = 10**MAX_NUMBER_DIGITS
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS},}}|[eE][+-]?\d{{3,}}")
 FORMATS = ("csv", "jsonl")
 
 
@@ -155,15 +162,54 @@ def jsonl_objects(text: str | Iterable[str], errors: UploadErrors, example: str)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        problem = ""
         try:
-            record = json.loads(line)
-        except ValueError as exc:
-            errors.row(number, "json", f"not valid JSON ({exc.msg} at column {exc.colno})")
+            record = json.loads(line, parse_constant=_no_constant)
+        except json.JSONDecodeError as exc:
+            problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
+        except RecursionError:
+            problem = f"nested deeper than {MAX_JSON_DEPTH} levels"
+        except _NotJSON as exc:
+            problem = str(exc)
+        except ValueError:  # the only other: an integer past Python's limit of 4,300 digits
+            problem = f"a number of more than {MAX_NUMBER_DIGITS} digits"
+        else:
+            problem = _hostile(line, record)
+        if problem:
+            errors.row(number, "json", problem)
             continue
         if not isinstance(record, dict):
             errors.row(number, "json", f"expected an object like {example}")
             continue
         yield number, record
+
+
+class _NotJSON(ValueError):
+    """What Python's json reads but JSON is not."""
+
+
+def _no_constant(name: str):
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
+def _hostile(line: str, record) -> str:
+    """Why a parsed line is refused though it parsed: nested past MAX_JSON_DEPTH (later code would recurse on it),
+    or a number past MAX_NUMBER_DIGITS or outside a float's range. "" when it is fine. Lines with few brackets and
+    short numbers, nearly all of them, are passed on what `str` methods find, without walking the value."""
+    if line.count("{") + line.count("[") > MAX_JSON_DEPTH or _LONG_NUMBER.search(line):
+        stack = [(record, 1)]
+        while stack:
+            value, depth = stack.pop()
+            if isinstance(value, dict | list):
+                if depth > MAX_JSON_DEPTH:
+                    return f"nested deeper than {MAX_JSON_DEPTH} levels"
+                items = value.values() if isinstance(value, dict) else value
+                stack.extend((item, depth + 1) for item in items)
+            elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _NUMBER_LIMIT:
+                return f"a number of more than {MAX_NUMBER_DIGITS} digits"
+            elif isinstance(value, float) and not math.isfinite(value):
+                return "a number too large for a float"
+    return ""
 
 
 def jsonl_records(text: str, errors: UploadErrors, shape: RecordShape) -> Iterator[tuple[int, dict]]:

@@ -11,7 +11,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.authtoken.models import Token
 
 from controlplane.convlogs.models import ConversationLog
+from controlplane.convlogs.reader import LogReader
+from controlplane.convlogs.services.analyses import log_analysis_create, log_analysis_run
+from controlplane.convlogs.services.logs import conversation_log_create
 from controlplane.datasets.models import IntentDataset
+from controlplane.nodes.services.pools import pool_publish
+from tests.factories import pools, template_with_versions
 from tests.helpers import error_paths
 from tests.live_server import Daphne
 
@@ -142,3 +147,64 @@ def test_daphne_allows_the_larger_limit_on_the_log_endpoint_only(tmp_path, agent
         server.stop()
     assert list(ConversationLog.objects.values_list("name", flat=True)) == ["five"]
     assert not IntentDataset.objects.exists()
+
+
+GOOD_CONVERSATION = {
+    "messages": [{"role": "user", "content": "我的订单到哪了"}, {"role": "assistant", "content": "好的"}]
+}
+# Each one line of its own in a log of good ones: a bad line named by number and problem, the rest analysed.
+HOSTILE_LOG_LINES = [
+    ("[" * 100_000 + "]" * 100_000, "json", "nested deeper than 32 levels"),
+    ('{"messages": ' + "[" * 5_000 + "]" * 5_000 + "}", "json", "nested deeper than 32 levels"),
+    ('{"conversation_id": ' + "7" * 5_000 + ', "role": "user", "content": "hi"}', "json", "more than 30 digits"),
+    # Under Python's own digit limit, but 10^3999 seconds overflowed the timestamp's float conversion.
+    ('{"conversation_id": "c", "role": "user", "content": "hi", "created_at": ' + "9" * 4_000 + "}", "json", "digits"),
+    ('{"conversation_id": "c", "role": "user", "content": "hi", "created_at": 1e999}', "json", "too large for a float"),
+    ('{"conversation_id": "c", "role": "user", "content": "hi", "timestamp": NaN}', "json", "NaN is not"),
+    ('{"conversation_id": "c", "role": "user", "content": "hi", "tokens": Infinity}', "json", "Infinity is not"),
+]
+
+
+@pytest.fixture
+def staging(users):
+    """Pool `staging`, running a published version: what an analysis compares a log against."""
+    staging, _ = pools(users["sre"])
+    _, versions = template_with_versions(users["sre"])
+    pool_publish(actor=users["sre"], pool=staging, version=versions[0], reason="first")
+    staging.refresh_from_db()
+    return staging
+
+
+@pytest.mark.django_db
+def test_one_hostile_line_is_counted_as_a_bad_line_and_the_log_is_analysed(users, store, staging):
+    lines = []
+    for hostile, _, _ in HOSTILE_LOG_LINES:
+        lines += [json.dumps({**GOOD_CONVERSATION, "id": f"c{len(lines)}"}), hostile]
+    lines.append(json.dumps({**GOOD_CONVERSATION, "id": "last"}))
+    log = store_log_file(users["agent"], "\n".join(lines).encode() + b"\n", "hostile.jsonl")
+    analysis = log_analysis_create(actor=users["agent"], log=log, pool=staging)
+    log_analysis_run(analysis_id=analysis.pk)
+    analysis.refresh_from_db()
+
+    assert analysis.status == "succeeded", analysis.error
+    assert analysis.result["conversations"] == len(HOSTILE_LOG_LINES) + 1
+    bad = analysis.result["bad_lines"]
+    assert bad["count"] == len(HOSTILE_LOG_LINES)
+    assert [item["line"] for item in bad["first"]] == [2 * (i + 1) for i in range(len(HOSTILE_LOG_LINES))]
+    for item, (_, field, problem) in zip(bad["first"], HOSTILE_LOG_LINES, strict=True):
+        assert item["field"] == field and problem in item["message"], item
+
+
+@pytest.mark.django_db
+def test_a_csv_count_that_only_looks_like_digits_is_a_bad_line(users, store):
+    header = "conversation_id,role,content,tokens\n"
+    rows = ["c1,user,hi,3", "c1,assistant,hello,²", "c2,user,hi," + "9" * 5_000, "c3,user,hi,12"]
+    log = store_log_file(users["agent"], (header + "\n".join(rows) + "\n").encode(), "log.csv")
+    reader = LogReader(log)
+    conversations = [conversation.id for conversation in reader]
+    assert conversations == ["c1", "c3"]
+    assert [(error.row, error.field) for error in reader.errors.row_errors] == [(3, "tokens"), (4, "tokens")]
+
+
+def store_log_file(actor, data: bytes, filename: str):
+    return conversation_log_create(actor=actor, name=filename.split(".")[0], filename=filename, chunks=[data])

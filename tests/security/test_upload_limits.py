@@ -124,3 +124,38 @@ def test_daphne_refuses_by_content_length_and_by_counting_a_chunked_body(daphne,
     )
     assert status == 200, body
     assert not IntentDataset.objects.exists()
+
+
+# One hostile line among good ones: each is a bad row of its own, named by line, and never a 500.
+HOSTILE_LINES = {
+    "deep-array": "[" * 100_000 + "]" * 100_000,
+    "deep-inside-a-field": '{"text": "hi", "intent": ' + "[" * 5_000 + "]" * 5_000 + "}",
+    "deep-but-parseable": '{"text": "hi", "intent": ' + '{"a": ' * 200 + "1" + "}" * 200 + "}",
+    "5000-digit-integer": '{"text": "hi", "intent": ' + "9" * 5_000 + "}",
+    "4000-digit-integer": '{"text": "hi", "intent": -' + "9" * 4_000 + "}",
+    "huge-float": '{"text": "hi", "intent": 1e999}',
+    "nan": '{"text": "hi", "intent": NaN}',
+    "infinity": '{"text": "hi", "intent": -Infinity}',
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("endpoint", ["/api/v1/warmup-datasets/", "/api/v1/intent-datasets/"])
+def test_one_hostile_json_line_is_a_bad_row_naming_its_line_and_the_rest_is_read(api_for, endpoint):
+    field = "label" if endpoint == "/api/v1/intent-datasets/" else "intent"
+    hostile = [line.replace('"intent"', f'"{field}"') for line in HOSTILE_LINES.values()]
+    # A good line, then each hostile one, then a line with an ordinary mistake that must still be reported.
+    lines = [f'{{"text": "我的订单到哪了", "{field}": "order_status"}}', *hostile, '{"text": "cut short"']
+    file = SimpleUploadedFile("rows.jsonl", "\n".join(lines).encode(), content_type="application/jsonl")
+    refused = api_for("agent").post(endpoint, {"name": "hostile", "format": "jsonl", "file": file}, format="multipart")
+    assert refused.status_code == 400, refused.content
+    # (An intent dataset also says, without a row, that one good row is too few to train on.)
+    rows = {item["row"]: item for item in refused.json()["detail"]["errors"] if item["row"] is not None}
+    assert sorted(rows) == list(range(2, len(lines) + 1))
+    problems = [rows[row]["message"] for row in range(2, 2 + len(HOSTILE_LINES))]
+    assert problems[:3] == ["nested deeper than 32 levels"] * 3
+    assert problems[3:5] == ["a number of more than 30 digits"] * 2
+    assert problems[5] == "a number too large for a float"
+    assert problems[6:] == ["NaN is not a JSON number", "-Infinity is not a JSON number"]
+    assert rows[len(lines)]["message"].startswith("not valid JSON")
+    assert not IntentDataset.objects.exists() and not WarmupDataset.objects.exists()
