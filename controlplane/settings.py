@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from controlplane.lib.env import EnvError, env_bool, env_int, env_list, env_str
+from controlplane.lib.env import EnvError, env_bool, env_int, env_list, env_str, weak_secret_key
 from controlplane.lib.gateway_addresses import allowed_parse, ports_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -18,10 +18,12 @@ DATABASE_URL = env_str("DATABASE_URL")
 # whoever has it can forge session cookies and password-reset links: refused wherever real data lives.
 EMBEDDED_SECRET_KEY = "embedded-insecure-key-set-DJANGO_SECRET_KEY-in-production"
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
-if DATABASE_URL and not DATABASE_URL.lower().startswith("sqlite") and SECRET_KEY in {"", EMBEDDED_SECRET_KEY}:
+_WEAK_KEY = weak_secret_key(SECRET_KEY, public_keys=(EMBEDDED_SECRET_KEY,))
+if DATABASE_URL and not DATABASE_URL.lower().startswith("sqlite") and _WEAK_KEY:
     raise EnvError(
-        "DJANGO_SECRET_KEY: required when DATABASE_URL points at a database server; set it to a long random "
-        "value (e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), the same on every process"
+        f"DJANGO_SECRET_KEY: a key of one's own is required when DATABASE_URL points at a database server "
+        f"({_WEAK_KEY}); set it to a long random value (e.g. python -c 'import secrets; "
+        "print(secrets.token_urlsafe(50))'), the same on every process"
     )
 if not SECRET_KEY:
     if not DEBUG and env_bool("DJANGO_REQUIRE_SECRET_KEY", False):

@@ -41,3 +41,25 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+# A key shorter than this, or drawn from fewer distinct characters, is a placeholder or a word, not a random value.
+MIN_SECRET_KEY_CHARS = 32
+MIN_SECRET_KEY_DISTINCT = 10
+
+
+def weak_secret_key(value: str, *, public_keys: tuple[str, ...]) -> str:
+    """Why `value` is no secret key for real data ("" when it will do): empty, a public key in any spelling, Django's
+    `django-insecure-` placeholder, too short, or too few distinct characters."""
+    key = value.strip()
+    if not key:
+        return "not set"
+    if any(public.casefold() in key.casefold() for public in public_keys):
+        return "it holds the embedded key, which is public"
+    if key.startswith("django-insecure-"):
+        return "a django-insecure- key is a placeholder"
+    if len(key) < MIN_SECRET_KEY_CHARS:
+        return f"{len(key)} characters is shorter than {MIN_SECRET_KEY_CHARS}"
+    if len(set(key)) < MIN_SECRET_KEY_DISTINCT:
+        return f"{len(set(key))} distinct characters are fewer than {MIN_SECRET_KEY_DISTINCT}"
+    return ""

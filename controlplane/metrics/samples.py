@@ -18,6 +18,8 @@ figures leaves all three out: its sample counts as having classified nothing.
 import math
 import re
 
+from controlplane.lib.errors import has_visible_text
+
 # Figures that may be null when unknown (no GPU, no requests in the window, no speculative decoding, ...).
 NULLABLE_FIGURES = (
     "latency_p50_s",
@@ -182,6 +184,8 @@ def _absent(m: dict) -> None:
             raise SampleRejected(f"{ABSENT}.{key}: the figure has a value, so it cannot be absent")
         if not isinstance(reason, str) or not reason or not reason.isprintable() or len(reason) > MAX_REASON_CHARS:
             raise SampleRejected(f"{ABSENT}.{key}: expected a printable text of 1 to {MAX_REASON_CHARS} characters")
+        if not has_visible_text(reason):
+            raise SampleRejected(f"{ABSENT}.{key}: the reason shows nothing (blank or invisible characters only)")
 
 
 def _key_difference(where: str, got: set, wanted: frozenset) -> str:

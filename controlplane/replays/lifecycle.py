@@ -113,6 +113,12 @@ def replay_start(run_id: int) -> list[tuple[int, int, str]]:
     run = ReplayRun.objects.select_related("pool__desired_version", "created_by").get(pk=run_id)
     key = None
     try:
+        if run.pool.is_production and not run.production_override_reason:
+            # Queued against a pool that was not production then: the override the pool now needs was never given.
+            raise StartFailed(
+                f"pool: {run.pool.name} became a production pool after this replay was queued; replays run against "
+                "non-production pools (an SRE or admin may queue a new one with production_override_reason)"
+            )
         targets = serving_targets(run)
         planned = run_plan(run)
         if not planned:

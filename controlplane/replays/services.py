@@ -9,7 +9,7 @@ from django.db import transaction
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
-from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Forbidden, InvalidField, required_text
+from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Forbidden, InvalidField, optional_text, required_text
 from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.replays.models import ReplayRun
@@ -170,7 +170,7 @@ def replay_run_create(
     if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > 2**62:
         raise InvalidField("seed", f"must be a whole number, got {seed!r}")
     node_names = _checked_nodes(pool, nodes)
-    override = (production_override_reason or "").strip()
+    override = optional_text("production_override_reason", production_override_reason)
     if pool.is_production:
         if not override:
             raise InvalidField(

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.audit.models import AuditEntry
-from controlplane.nodes.models import EngineNode
+from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.replays.lifecycle import replay_start
 from controlplane.replays.models import ReplayRequest, ReplayRun
@@ -201,3 +201,41 @@ def test_a_ladder_past_the_request_cap_is_refused(world, api_for, settings):
     response = create(api_for, "agent", pool="staging", pacing="ladder", qps=None, qps_steps=[20, 40], step_s=30)
     assert response.status_code == 400 and field_of(response) == "qps_steps", response.json()
     assert "1800 requests" in response.json()["error"]
+
+
+def test_a_pool_made_production_after_the_replay_was_queued_refuses_its_start(world, users):
+    from controlplane.replays.services import replay_run_create
+
+    run = replay_run_create(actor=users["agent"], pool=world["staging"], log=world["log"], reason="x", qps=5)
+    EngineNode.objects.filter(name="stage-1").update(
+        is_connected=True,
+        last_seen_at=timezone.now(),
+        reported_status="online",
+        gateway_url="http://127.0.0.1:9",
+        agent_address="127.0.0.1",
+    )
+    Pool.objects.filter(pk=world["staging"].pk).update(is_production=True)  # e.g. through the admin
+
+    assert replay_start(run.pk) == []
+
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error.startswith("pool: staging became a production pool"), run.error
+    assert "production_override_reason" in run.error
+    assert run.client_key_id is None and run.targets == [] and not ReplayRequest.objects.filter(run=run).exists()
+
+
+def test_a_replay_queued_with_an_override_is_not_refused_for_being_on_production(world, users):
+    from controlplane.replays.services import replay_run_create
+
+    run = replay_run_create(
+        actor=users["sre"],
+        pool=world["prod"],
+        log=world["log"],
+        reason="x",
+        qps=5,
+        production_override_reason="no staging capacity tonight",
+    )
+    replay_start(run.pk)
+    run.refresh_from_db()
+    # It gets past the pool check to the next one: prod-1 is not serving.
+    assert run.status == "failed" and run.error.startswith("pool: no node of prod-main is online"), run.error

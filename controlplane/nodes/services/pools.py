@@ -7,7 +7,7 @@ from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.catalog.exceptions import ModelReferenceRefused
 from controlplane.catalog.resolution import pinned_problems
-from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, required_text
+from controlplane.lib.errors import Conflict, Forbidden, InvalidField, check_slug, optional_text, required_text
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.exceptions import NothingToRollBack, ProductionGateClosed
 from controlplane.nodes.gate import version_gate
@@ -65,7 +65,7 @@ def pool_publish(*, actor, pool: Pool, version: TemplateVersion, reason: str, ov
                 f"pool: the rollout of {active.to_version} to {locked.name} is under way; "
                 "promote it to the end, abort it or roll back first"
             )
-        override_reason = override_reason.strip()
+        override_reason = optional_text("override_reason", override_reason)
         closed = (
             _production_gate(version=version, new_pins=[v for v in pins if v not in current_pins])
             if locked.is_production
