@@ -76,7 +76,7 @@ _ORDER = re.compile(
 _EDGE = r"(?<![0-9A-Za-z+])"
 _END = r"(?![0-9A-Za-z])"
 _CN_ID = re.compile(rf"{_EDGE}[0-9](?:[ -]?[0-9]){{16}}[ -]?[0-9Xx]{_END}")
-_SSN = re.compile(r"(?<![0-9A-Za-z+.-])[0-9]{3}([ -])[0-9]{2}\1[0-9]{4}(?![0-9A-Za-z.-])")
+_SSN = re.compile(r"(?<![0-9A-Za-z+.-])[0-9]{3}([ -])[0-9]{2}\1[0-9]{4}(?![0-9A-Za-z-]|\.[0-9])")
 _IBAN = re.compile(rf"{_EDGE}[A-Za-z]{{2}}[0-9]{{2}}(?:[ ]?[0-9A-Za-z]{{4}}){{2,7}}(?:[ ]?[0-9A-Za-z]{{1,4}})?{_END}")
 # 13-19 digits, alone or in groups split by one space, dot or dash.
 _DIGIT_RUN = re.compile(rf"{_EDGE}[0-9](?:[ .-]?[0-9]){{12,18}}{_END}")
