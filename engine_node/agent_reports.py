@@ -6,6 +6,8 @@ import socket
 import time
 
 from engine_node import __version__
+from engine_node.engine import LOG_LINE_CHARS
+from engine_node.policy.masking import mask
 
 LOG_TAIL_PERIOD_S = 10.0
 # Unsure messages for the review queue go in batches at most this often (the sampler bounds how many there are).
@@ -52,7 +54,8 @@ class NodeReports:
         # The log moves with every request; shipping it at most every 10 s keeps heartbeats small.
         now = time.monotonic()
         if tail != self._sent_log_tail and now - self._log_sent_at >= LOG_TAIL_PERIOD_S:
-            message["log_tail"] = self._sent_log_tail = tail
+            message["log_tail"] = [mask(line, limit=LOG_LINE_CHARS) for line in tail]
+            self._sent_log_tail = tail
             self._log_sent_at = now
         return message
 

@@ -21,11 +21,15 @@ import aiohttp
 from engine_node.engine_env import engine_environment
 from engine_node.fragmentation import WORKER_EXTENSION, WORKER_EXTENSION_DIR
 from engine_node.lifetime import tied_to_parent
+from engine_node.policy.masking import mask
 from engine_node.settings import AgentSettings
 
 log = logging.getLogger("engine_node.engine")
 
 LOG_LINES = 200
+# A log line as it leaves the node (the node page, a failed start's message): masked, then cut to this. An engine
+# that logs requests logs customers' words.
+LOG_LINE_CHARS = 500
 STOP_GRACE_S = 20.0
 CRASH_BACKOFF_MAX_S = 30.0
 
@@ -159,12 +163,12 @@ class EngineProcess:
         raise EngineStartFailed(f"engine {reason}: {self.last_error()}")
 
     def last_error(self) -> str:
-        """The most telling log line: the last one naming an error, else the last line."""
+        """The most telling log line, masked: the last one naming an error, else the last line."""
         lines = [line for line in self.log_tail if not line.startswith("[agent]")]
         for line in reversed(lines):
             if "Error" in line or "error:" in line:
-                return line.strip()
-        return lines[-1].strip() if lines else "no output"
+                return mask(line.strip(), limit=LOG_LINE_CHARS)
+        return mask(lines[-1].strip(), limit=LOG_LINE_CHARS) if lines else "no output"
 
     async def _engine_version(self) -> str:
         try:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from engine_node.policy.masking import mask
+
 ERROR_CHARS = 300
 # What a node reports is bounded before it is stored: counts fit the row's columns, confidences are finite.
 MAX_COUNT = 2**31 - 1
@@ -100,7 +102,8 @@ async def chat_once(session: aiohttp.ClientSession, shot: Shot, outcome: Outcome
         read_decision(outcome, response.headers)
         if response.status != 200:
             text = await response.text(errors="replace")
-            outcome.error = f"HTTP {response.status}: {_message(text)}"[:ERROR_CHARS]
+            # An error body may quote the request (a customer's words from the log): masked, then cut.
+            outcome.error = mask(f"HTTP {response.status}: {_message(text)}", limit=ERROR_CHARS)
             outcome.e2e_s = time.monotonic() - started
             return
         if not shot.body.get("stream"):
@@ -128,7 +131,7 @@ async def _read_stream(response: aiohttp.ClientResponse, outcome: Outcome, start
         except ValueError:
             continue
         if "error" in event:
-            outcome.error = f"stream error: {_message(json.dumps(event))}"[:ERROR_CHARS]
+            outcome.error = mask(f"stream error: {_message(json.dumps(event))}", limit=ERROR_CHARS)
             continue
         now = time.monotonic() - started
         if outcome.first_round_s is None and "x_continuation_round" in event and last_event_s is not None:

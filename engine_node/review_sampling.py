@@ -3,7 +3,8 @@
 A message is a candidate when the classifier's confidence is below the template's floor, when the runner-up label
 is within MARGIN of the top one, or when an agent's override decided its tier. On the request path `offer()` does
 O(1) work: a few comparisons, a token bucket, and an append of the (bounded) raw text to a bounded deque. Masking
-(engine_node/policy/masking.py) and building the batch happen in the agent's once-a-second loop, off the request.
+(engine_node/policy/masking.py) and building the batch happen in the agent's once-a-second loop, off the request, and
+the text is cut to what a reviewer sees only after it is masked: a phone number across the cut is masked whole.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from engine_node.policy.masking import mask
+from engine_node.policy.masking import CONTEXT, mask
 from engine_node.policy.rules import Decision
 
 # A runner-up this close to the top label means the classifier could as well have said the other one.
@@ -80,7 +81,8 @@ class ReviewSampler:
         self._tokens -= 1.0
         if len(self._pending) == self._pending.maxlen:
             self.dropped += 1
-        self._pending.append((text[:MAX_TEXT_CHARS], decision, reasons))
+        # Raw, with the context the masking pass reads beyond the cut; masked and cut in batch().
+        self._pending.append((text[: MAX_TEXT_CHARS + CONTEXT], decision, reasons))
         self.sampled += 1
         return True
 
@@ -94,7 +96,7 @@ class ReviewSampler:
             text, decision, reasons = self._pending.popleft()
             samples.append(
                 {
-                    "text": mask(text),
+                    "text": mask(text, limit=MAX_TEXT_CHARS),
                     "intent": decision.intent if decision.intent_source == "classifier" else None,
                     "confidence": decision.confidence if decision.intent_source == "classifier" else None,
                     "runner_up": decision.runner_up,

@@ -4,7 +4,9 @@ This is the seed's "use historical high-frequency queries to build the warmup da
 line either a whole conversation `{"messages": [{"role", "content"}, ...]}` or one message
 `{"role", "content", "conversation_id"}` (detected per line, so both may be mixed), or CSV with the header
 `role,content` (optionally `conversation_id`). Other fields of a line (timestamps, ids) are ignored: logs come from
-other systems. Only user messages count; queries are the same when their `query_key` is.
+other systems. Only user messages count; each is masked (engine_node/policy/masking.py) before it is counted, so no
+customer's phone, e-mail or card number reaches the dataset (shown to every role, pushed to nodes), and queries that
+differ only in such data are one query; queries are the same when their masked `query_key` is.
 """
 
 from collections import Counter
@@ -14,6 +16,7 @@ from controlplane.datasets.models import WarmupDatasetVersion
 from controlplane.datasets.rows import MAX_BYTES, RecordShape, UploadErrors, csv_records, decoded_text, jsonl_objects
 from controlplane.datasets.warmup_uploads import MAX_TEXT_CHARS, WarmupContent, query_key, warmup_content
 from controlplane.lib.errors import InvalidField
+from engine_node.policy.masking import mask
 
 DEFAULT_TOP_N = 200
 MAX_TOP_N = 5000
@@ -41,14 +44,15 @@ class _Tally:
     def user_query(self, text: str) -> None:
         self.user_messages += 1
         original = text.strip()
-        key = query_key(original)
-        if not key:
+        if not query_key(original):
             self.skipped_empty += 1
         elif len(original) > MAX_TEXT_CHARS:
             self.skipped_too_long += 1
         else:
+            masked = mask(original)
+            key = query_key(masked)
             self.counts[key] += 1
-            self.spellings.setdefault(key, Counter())[original] += 1
+            self.spellings.setdefault(key, Counter())[masked] += 1
 
 
 def check_top_n(top_n) -> int:

@@ -85,7 +85,7 @@ def checked_sample(index: int, raw: object) -> Sample:
     if tier is not None and tier not in TIERS:
         raise SampleInvalid(index, "tier", f"must be one of {list(TIERS)} or null")
     return Sample(
-        text=mask(text)[:MAX_STORED_CHARS],
+        text=mask(text, limit=MAX_STORED_CHARS),
         intent=_label(index, raw, "intent"),
         confidence=_probability(index, raw, "confidence"),
         runner_up=_label(index, raw, "runner_up"),

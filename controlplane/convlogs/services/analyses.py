@@ -23,6 +23,7 @@ from controlplane.params.explain import intent_classifier
 from controlplane.params.models import TemplateVersion, Whitelist
 from controlplane.params.services.templates import template_version_create
 from controlplane.params.services.whitelists import whitelist_create
+from engine_node.policy.masking import mask
 from engine_node.policy.rules import Policy
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def log_analysis_run(*, analysis_id: int) -> LogAnalysis | None:
     except Exception as exc:
         if not isinstance(exc, DomainError):
             logger.exception("analysis %s failed", analysis)
-        _end(analysis, status=LogAnalysis.Status.FAILED, error=str(exc)[:2000], progress_text="failed")
+        _end(analysis, status=LogAnalysis.Status.FAILED, error=mask(str(exc), limit=2000), progress_text="failed")
     return analysis
 
 
@@ -141,13 +142,14 @@ def _run(analysis: LogAnalysis) -> None:
             last = time.monotonic()
             _progress(analysis, reader, analyser)
     result = analyser.result()
+    # A bad line's message quotes a piece of it (a value that is no timestamp, say): masked like any customer text.
     result["bad_lines"] = {
         "count": reader.errors.row_count,
         "first": [
-            {"line": error.row, "field": error.field, "message": error.message}
+            {"line": error.row, "field": mask(error.field), "message": mask(error.message)}
             for error in reader.errors.row_errors[:MAX_REPORTED_BAD_LINES]
         ],
-        "file": [{"field": error.field, "message": error.message} for error in reader.errors.file_errors],
+        "file": [{"field": mask(error.field), "message": mask(error.message)} for error in reader.errors.file_errors],
     }
     result["split_conversations"] = reader.split_conversations
     result["lines"] = reader.lines

@@ -17,6 +17,8 @@ from controlplane.nodes.selectors import node_desired_version, node_summary
 from controlplane.nodes.services import cleanup, rollouts, version_runs
 from controlplane.nodes.services.speculation import reported_speculation
 from controlplane.params.models import TemplateVersion
+from engine_node.engine import LOG_LINE_CHARS
+from engine_node.policy.masking import mask
 
 LOG_TAIL_LINES = 50
 _STATUSES = set(EngineNode.Status.values) - {EngineNode.Status.LOST}
@@ -73,6 +75,9 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
     )
     status = _status(heartbeat.get("status"), node.reported_status)
     log_tail = heartbeat.get("log_tail")
+    if isinstance(log_tail, list):
+        # Masked again here: a node that skipped its own masking still shows no customer's phone or e-mail.
+        log_tail = [mask(str(line), limit=LOG_LINE_CHARS) for line in log_tail[-LOG_TAIL_LINES:]]
     changed = status != node.reported_status or (isinstance(log_tail, list) and log_tail != node.log_tail)
     node.reported_status = status
     node.last_seen_at = timezone.now()
@@ -83,7 +88,7 @@ def node_heartbeat(*, node_id: int, heartbeat: dict) -> None:
         node.served_model_name = model_name
         fields.append("served_model_name")
     if isinstance(log_tail, list):
-        node.log_tail = [str(line)[:500] for line in log_tail[-LOG_TAIL_LINES:]]
+        node.log_tail = log_tail
         fields.append("log_tail")
     speculation = reported_speculation(heartbeat.get("speculation"))
     if speculation is not None:
