@@ -18,6 +18,7 @@ from engine_node.client_keys import KeyTable, key_entry, new_key, parse_entry
 from engine_node.gateway import Gateway
 from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.rules import Policy
+from tests.aiohttp_apps import start_app
 
 CAP = 64
 # The seed's whitelist (legal), naming the classifier's intent and a tag, in a pool bundle.
@@ -86,12 +87,9 @@ class GatewayWorld:
             await runner.cleanup()
 
     async def _serve(self, app: web.Application) -> str:
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, url = await start_app(app)
         self._runners.append(runner)
-        return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return url
 
     async def post(self, path: str, body: object, *, key: str, headers: dict | None = None) -> tuple[int, dict, dict]:
         """(status, response headers, JSON body) of a POST with the named key."""
