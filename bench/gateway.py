@@ -18,9 +18,10 @@
    With the template's defaults the batcher holds a lone request up to batch.timeout_ms for a partner while others
    are in flight, by design; a second agent with batch.min_size=1 shows the gateway without that wait.
 2. Policy decision time per message, in-process, over every message of intents.jsonl: Policy.decide (classification
-   and rules), the classifier alone and the rules alone (a Policy without classifier: strict regexes, precedence,
-   max_tokens); per message the best of the passes, so other processes' noise stays out. Baseline: json.loads of
-   the chat request body carrying the same message, work every request costs the gateway before any policy runs.
+   and rules), the classifier alone and the rules alone (a Policy without classifier: strict regexes over the system
+   prompt and the message, precedence, max_tokens); per message the best of the passes, so other processes' noise
+   stays out. Baseline: json.loads of the chat request body carrying the same message, work every request costs the
+   gateway before any policy runs.
 3. Classifier accuracy on the separately written held-out set the shipped model is judged by (never trained on),
    with per-label recall; baseline: always answering the training set's most common label. Calibration and the
    comparison with the previous model: bench/intent_quality.py.
@@ -79,6 +80,8 @@ def run_policy(passes: int) -> dict:
         for text in texts
     ]
     prompt_tokens = [openai_api.estimate_tokens(SYSTEM_PROMPT + text) + 8 for text in texts]
+    # The strict patterns read every message, the system prompt too, as in the gateway.
+    conversations = [(SYSTEM_PROMPT, text) for text in texts]
     keys = ("decide", "classify", "rules", "json")
     # Per message and row, the best of the passes: what the work costs, without the preemptions and cache misses other
     # processes on this shared machine cause (bench/run.py's convention, per message instead of per loop).
@@ -89,8 +92,8 @@ def run_policy(passes: int) -> dict:
     work = {
         "json": lambda i: json.loads(bodies[i]),
         "classify": lambda i: policy.classify(texts[i]),
-        "rules": lambda i: rules_only.decide(texts[i], prompt_tokens=prompt_tokens[i]),
-        "decide": lambda i: policy.decide(texts[i], prompt_tokens=prompt_tokens[i]),
+        "rules": lambda i: rules_only.decide(texts[i], prompt_tokens=prompt_tokens[i], message_texts=conversations[i]),
+        "decide": lambda i: policy.decide(texts[i], prompt_tokens=prompt_tokens[i], message_texts=conversations[i]),
     }
     for _ in range(passes):
         # One sweep per row over the messages in a fresh order: every call follows a call of the same code on another

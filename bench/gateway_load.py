@@ -104,6 +104,7 @@ def build_requests(policy: Policy, count: int, seed: int, *, stream: bool = Fals
             client_max_tokens=chat.client_max_tokens,
             business_tag=chat.business_tag,
             conversation=chat.conversation,
+            message_texts=chat.message_texts,
         )
         forwarded = apply_decision(chat.body, decision)
         requests.append(

@@ -289,7 +289,7 @@ class Gateway:
         if ignored is not None:
             chat.business_tag = None  # served as if untagged: a tag outside the key's grant lifts no limit
             metrics.BUSINESS_TAGS_IGNORED.labels(key=grant.name).inc()
-        decision = self.decide(chat)
+        decision = self.decide(chat, grant.business_tags)
         self.review.offer(chat.latest_user_text, decision)
         headers = decision_headers(decision)
         headers["X-Engine-Node"] = self.node_name
@@ -297,7 +297,7 @@ class Gateway:
             headers["X-Business-Tag-Ignored"] = ignored
         return decision, apply_decision(chat.body, decision), headers
 
-    def decide(self, chat: ChatRequest) -> Decision:
+    def decide(self, chat: ChatRequest, granted_tags: frozenset[str] = frozenset()) -> Decision:
         started = time.perf_counter()
         decision = self.policy.decide(
             chat.latest_user_text,
@@ -305,6 +305,8 @@ class Gateway:
             client_max_tokens=chat.client_max_tokens,
             business_tag=chat.business_tag,
             conversation=chat.conversation,
+            message_texts=chat.message_texts,
+            granted_tags=granted_tags,
         )
         metrics.POLICY_SECONDS.observe(time.perf_counter() - started)
         intent = decision.intent if decision.intent_source == "classifier" else decision.intent_source
@@ -317,8 +319,10 @@ class Gateway:
         """What the policy would do with a message, and which rule decided each value."""
         try:
             body = openai_api.parse_json(await read_body(request))
-            ignored = _ungranted_tag(body, request["client_key"])
-            decision = explain(self.policy, {**body, "business_tag": None} if ignored else body)
+            grant = request["client_key"]
+            ignored = _ungranted_tag(body, grant)
+            body = {**body, "business_tag": None} if ignored else body
+            decision = explain(self.policy, body, granted_tags=grant.business_tags)
         except BadRequest as exc:
             return exc.response()
         except ExplainInvalid as exc:

@@ -2,6 +2,12 @@
 
 Bad input is answered here, before admission, in the body vLLM itself uses
 (`{"error": {"message", "type", "param", "code"}}`), so a client sees the same errors with or without the gateway.
+
+The policy reads every text the engine will read: each message's content parts of a text type, whatever the role,
+and the text fields beside them (reasoning, refusal, tool-call arguments); a part type the gateway cannot read as
+text and that is no media reference is refused, naming it. A request asks for one generation: fields that make the
+engine generate or score more than one sequence per admitted request are refused, naming the field
+(docs/gateway-access.md, "What the policy reads" and "One request, one generation").
 """
 
 from __future__ import annotations
@@ -16,6 +22,29 @@ from aiohttp import web
 from engine_node.policy.explain import ExplainInvalid, checked_name, estimate_tokens
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Content part types vLLM renders as text (its renderers' MM_PARSER_MAP), each with the field holding the text.
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+# Parts that reference media: no text for the policy to read, and the engine refuses them unless it serves a model
+# that takes them. Every other type (embeddings, which bypass the tokenizer, tool references, anything unknown) is
+# refused: the policy would pass it unread.
+MEDIA_PARTS = frozenset({"image_url", "input_image", "audio_url", "input_audio", "video_url"})
+# A message's text beside its content that chat templates render (vLLM's message params).
+MESSAGE_TEXT_FIELDS = ("refusal", "reasoning", "reasoning_content")
+# Fields that make the engine generate more than one sequence, or score every prompt token, for one request: admission
+# counts one slot and the max_tokens cap bounds one sequence, so each would multiply what a request may cost. The
+# value each may take (its default); anything else is refused. `echo` scores the prompt when logprobs are asked.
+ONE_GENERATION = (
+    ("n", 1),
+    ("best_of", 1),
+    ("use_beam_search", False),
+    ("echo", False),
+    ("prompt_logprobs", None),
+    ("logprob_token_ids", None),
+    ("prompt_embeds", None),
+)
+# OpenAI's bound on alternatives per generated token; vLLM's own (`--max-logprobs`) may be set higher, or to the
+# whole vocabulary (-1).
+MAX_TOP_LOGPROBS = 20
 # Fields the gateway reads and removes: vLLM does not know them.
 GATEWAY_FIELDS = ("business_tag", "conversation_id")
 MAX_TAG_LENGTH = 64
@@ -54,12 +83,16 @@ class ChatRequest:
 
     body: dict
     stream: bool
+    # What the classifier reads and the review queue samples: the latest user message (the latest message not from
+    # the assistant when there is none), every text part of it.
     latest_user_text: str
     prompt_tokens: int
     client_max_tokens: int | None
     business_tag: str | None
     conversation: str | None
     include_usage: bool
+    # Every message's text in order, whatever its role: what the strict patterns read (Policy.decide).
+    message_texts: tuple[str, ...] = ()
 
 
 def parse_json(raw: bytes) -> object:
@@ -90,7 +123,7 @@ def parse_chat(raw: bytes, headers) -> ChatRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: must be a non-empty list of message objects.", "messages")
-    latest_user = ""
+    latest_user, latest_spoken = None, ""
     texts = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -98,12 +131,16 @@ def parse_chat(raw: bytes, headers) -> ChatRequest:
         role = message.get("role")
         if role not in ROLES:
             raise BadRequest(f"messages[{index}].role: {role!r} is not one of {', '.join(sorted(ROLES))}.", "messages")
-        text = _content_text(message.get("content"), index)
+        text = _message_text(message, index)
         texts.append(text)
         if role == "user":
             latest_user = text
+        elif role != "assistant":
+            latest_spoken = text
+    latest = latest_user if latest_user is not None else latest_spoken
     # Chat templates add a few tokens per message (role markers, end-of-turn).
-    return _request(body, headers, latest_user, estimate_tokens("".join(texts)) + 4 * len(messages))
+    prompt_tokens = estimate_tokens("".join(texts)) + 4 * len(messages)
+    return _request(body, headers, latest, prompt_tokens, tuple(texts))
 
 
 def parse_completion(raw: bytes, headers) -> ChatRequest:
@@ -115,18 +152,39 @@ def parse_completion(raw: bytes, headers) -> ChatRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise BadRequest("suffix: must be a string.", "suffix")
+    read = () if suffix is None else (suffix,)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         # Token ids: nothing for the tiers to read (normal tier), but the max_tokens caps hold all the same.
-        return _request(body, headers, "", len(prompt))
+        return _request(body, headers, "", len(prompt), read)
     if not isinstance(prompt, str):
         raise BadRequest("prompt: must be a string or a list of token ids (one prompt per request).", "prompt")
-    if body.get("echo") or body.get("best_of") not in (None, 1) or body.get("n") not in (None, 1):
-        raise BadRequest("n: one completion per request (no n, best_of or echo).", "n")
-    return _request(body, headers, prompt, estimate_tokens(prompt))
+    return _request(body, headers, prompt, estimate_tokens(prompt), (prompt, *read))
 
 
-def _request(body: dict, headers, latest_user: str, prompt_tokens: int) -> ChatRequest:
-    """The fields every generation request shares: sampling bounds, max_tokens, streaming, tag and conversation."""
+def _request(body: dict, headers, latest_user: str, prompt_tokens: int, message_texts: tuple[str, ...]) -> ChatRequest:
+    """The fields every generation request shares: one generation, sampling bounds, max_tokens, streaming, tag and
+    conversation."""
+    for name, allowed in ONE_GENERATION:
+        value = body.get(name)
+        if value is None or (value == allowed and type(value) is type(allowed)):
+            continue
+        if allowed is None:
+            raise BadRequest(
+                f"{name}: not accepted; the gateway serves one generation of one prompt per request.", name
+            )
+        got = repr(value)[:40]
+        raise BadRequest(
+            f"{name}: must be {compact_json(allowed)} or absent (one generation per request), got {got}.", name
+        )
+    for name in ("top_logprobs", "logprobs"):
+        value = body.get(name)
+        if value is None or isinstance(value, bool):
+            continue  # chat's logprobs is a flag; its top_logprobs says how many
+        if not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+            raise BadRequest(f"{name}: must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {value!r}.", name)
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is None:
@@ -164,7 +222,33 @@ def _request(body: dict, headers, latest_user: str, prompt_tokens: int) -> ChatR
         business_tag=tag,
         conversation=conversation,
         include_usage=bool(options and options.get("include_usage")),
+        message_texts=message_texts,
     )
+
+
+def _message_text(message: dict, index: int) -> str:
+    """Every text of a message the engine's chat template renders: its content's text parts, then the text fields
+    beside it and the arguments of its tool calls."""
+    text = _content_text(message.get("content"), index)
+    extra = []
+    for name in MESSAGE_TEXT_FIELDS:
+        value = message.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise BadRequest(f"messages[{index}].{name}: must be a string.", "messages")
+            extra.append(value)
+    calls = message.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list):
+            raise BadRequest(f"messages[{index}].tool_calls: must be a list.", "messages")
+        for number, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            if not isinstance(arguments, str):
+                where = f"messages[{index}].tool_calls[{number}].function.arguments"
+                raise BadRequest(f"{where}: must be a string (JSON text).", "messages")
+            extra.append(arguments)
+    return "\n".join((text, *extra)) if extra else text
 
 
 def _content_text(content: object, index: int) -> str:
@@ -172,13 +256,22 @@ def _content_text(content: object, index: int) -> str:
         return content or ""
     if isinstance(content, list):
         parts = []
-        for part in content:
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        for number, part in enumerate(content):
+            part_type = part.get("type") if isinstance(part, dict) else None
+            if not isinstance(part_type, str):
                 raise BadRequest(f"messages[{index}].content: parts must be objects with a type.", "messages")
-            if part["type"] == "text":
-                if not isinstance(part.get("text"), str):
-                    raise BadRequest(f"messages[{index}].content: a text part needs a string text.", "messages")
-                parts.append(part["text"])
+            field = TEXT_PARTS.get(part_type)
+            if field is not None:
+                if not isinstance(part.get(field), str):
+                    where = f"messages[{index}].content[{number}]"
+                    raise BadRequest(f"{where}: a {part_type} part needs a string {field}.", "messages")
+                parts.append(part[field])
+            elif part_type not in MEDIA_PARTS:
+                where = f"messages[{index}].content[{number}].type"
+                known = ", ".join(sorted({*TEXT_PARTS, *MEDIA_PARTS}))
+                raise BadRequest(
+                    f"{where}: {part_type!r} is not a part the gateway can read (one of {known}).", "messages"
+                )
         return "".join(parts)
     raise BadRequest(f"messages[{index}].content: must be a string or a list of parts.", "messages")
 

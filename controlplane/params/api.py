@@ -156,7 +156,8 @@ class TemplateVersionExplain(APIView):
             if pool is None:
                 raise InvalidField("pool", f"no pool named {data['pool']!r}")
         body = {key: data[key] for key in ("message", "business_tag", "conversation_id", "max_tokens") if key in data}
-        return Response(version_explain(version=version, body=body, pool=pool))
+        granted = data.get("granted_tags", [])
+        return Response(version_explain(version=version, body=body, pool=pool, granted_tags=granted))
 
 
 class TemplateVersionExport(APIView):

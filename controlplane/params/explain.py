@@ -11,7 +11,7 @@ from controlplane.lib.errors import InvalidField
 from controlplane.nodes.models import Pool
 from controlplane.operations.policy_bundle import policy_bundle, whitelists_section
 from controlplane.params.models import TemplateVersion
-from engine_node.policy.explain import ExplainInvalid, explain
+from engine_node.policy.explain import ExplainInvalid, checked_name, explain
 from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.patterns import PatternRejected
 from engine_node.policy.rules import Policy
@@ -32,8 +32,11 @@ def intent_classifier(model_id: int | None) -> IntentClassifier:
     return _classifier(model_id)
 
 
-def version_explain(*, version: TemplateVersion, body: dict, pool: Pool | None = None) -> dict:
-    """The decision for `body` (`message`, `business_tag`, `conversation_id`, `max_tokens`, `prompt_tokens`)."""
+def version_explain(
+    *, version: TemplateVersion, body: dict, pool: Pool | None = None, granted_tags: list[str] = ()
+) -> dict:
+    """The decision for `body` (`message`, `business_tag`, `conversation_id`, `max_tokens`, `prompt_tokens`) from a
+    client key granted `granted_tags`."""
     if pool is not None:
         bundle = policy_bundle(pool)["content"]
     else:
@@ -46,7 +49,8 @@ def version_explain(*, version: TemplateVersion, body: dict, pool: Pool | None =
         raise InvalidField(exc.field, f"{exc.message}; nodes refuse this version") from None
     try:
         # Bounded like the gateway's: RE2 over the message's edges, the classifier over its first and last characters.
-        result = explain(policy, body)
+        granted = frozenset(checked_name(tag, "granted_tags", 64) for tag in granted_tags)
+        result = explain(policy, body, granted_tags=granted)
     except ExplainInvalid as exc:
         raise InvalidField(exc.field, exc.message) from None
     return {"template": version.ref, "pool": pool.name if pool else None, **result}

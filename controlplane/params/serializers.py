@@ -109,6 +109,13 @@ class ExplainSerializer(StrictSerializer):
     conversation_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
     max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
     pool = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    granted_tags = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        max_length=64,
+        required=False,
+        help_text="the business tags the client key is granted (an intent on a whitelist lifts max_tokens only for a "
+        "key granted it); none when absent",
+    )
 
 
 class ExplainResultSerializer(serializers.Serializer):

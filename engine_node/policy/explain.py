@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Collection
 
 from engine_node.policy.rules import Policy
 
@@ -46,8 +47,9 @@ def checked_name(value: object, field: str, limit: int) -> str | None:
     return value
 
 
-def explain(policy: Policy, body: object) -> dict:
-    """`{message, business_tag?, conversation_id?, max_tokens?, prompt_tokens?}` -> the decision, as JSON types."""
+def explain(policy: Policy, body: object, *, granted_tags: Collection[str] = ()) -> dict:
+    """`{message, business_tag?, conversation_id?, max_tokens?, prompt_tokens?}` -> the decision, as JSON types, for a
+    client key granted `granted_tags` (none: what a key without grants gets)."""
     if not isinstance(body, dict):
         raise ExplainInvalid("body", "must be a JSON object")
     message = body.get("message")
@@ -70,6 +72,7 @@ def explain(policy: Policy, body: object) -> dict:
         client_max_tokens=client_max,
         business_tag=checked_name(body.get("business_tag"), "business_tag", 64),
         conversation=checked_name(body.get("conversation_id"), "conversation_id", 128),
+        granted_tags=granted_tags,
     )
     elapsed_us = (time.perf_counter() - started) * 1e6
     classifier = policy.classifier.meta.get("sha256", "") if policy.classifier else ""

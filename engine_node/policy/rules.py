@@ -10,6 +10,7 @@ classification plus a few dictionary lookups.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 
@@ -17,12 +18,17 @@ from engine_node.policy.intent import CLASSIFIER_EDGE_CHARS, Intent, IntentClass
 from engine_node.policy.patterns import compile_patterns
 
 TIERS = ("strict", "normal", "creative")
-# What the policy reads of the latest user message, so that a decision costs at most a fixed amount whatever a client
-# sends (docs/policy-patterns.md). The strict patterns read its first and last 2,048 characters (all of it up to
-# 4,096): an amount or order number in a pasted text is found whether the question comes before or after it, and RE2
-# runs each pattern over those <= 16 KiB of UTF-8 in linear time. The classifier reads its first and last 48
-# characters (CLASSIFIER_EDGE_CHARS in engine_node/policy/intent.py, which says why).
+# What the policy reads of a request, so that a decision costs at most a fixed amount whatever a client sends
+# (docs/policy-patterns.md). The strict patterns read every message, whatever its role (an amount in a system prompt
+# or a tool's answer reaches the reply as surely as one the customer typed), each at its first and last 2,048
+# characters (all of it up to 4,096): an amount or order number in a pasted text is found whether the question comes
+# before or after it. Of the messages so read, joined in order, they read the first and last 8,192 characters: the
+# system prompt and the start of the conversation, and its end, where the latest turn is; only the middle of a
+# conversation longer than that goes unread, as the middle of one long message does. RE2 runs each pattern over
+# those <= 64 KiB of UTF-8 in linear time. The classifier reads the first and last 48 characters of the latest user
+# message (CLASSIFIER_EDGE_CHARS in engine_node/policy/intent.py, which says why).
 REGEX_EDGE_CHARS = 2048
+CONVERSATION_EDGE_CHARS = 4 * REGEX_EDGE_CHARS
 # The template defaults of the sections the policy reads, for a node that has no config yet. They equal
 # controlplane.params.schema's defaults (a test keeps them equal; the agent may not import the control plane).
 DEFAULT_STRICT_PATTERNS = [
@@ -150,12 +156,18 @@ class Policy:
         business_tag: str | None = None,
         conversation: str | None = None,
         now: float | None = None,
+        message_texts: Sequence[str] = (),
+        granted_tags: Collection[str] = (),
     ) -> Decision:
+        """`text` is the latest user message (what the classifier reads); `message_texts` every message of the request
+        in order, whatever its role (what the strict patterns read; `text` alone when empty). `business_tag` is a tag
+        the client's key may send; `granted_tags` every tag it may send: a classified intent lifts the max_tokens cap
+        only when it is one of them."""
         temperature_params = self.params["temperature"]
         intent_params = self.params["intent"]
         notes: list[str] = []
 
-        hits = self.strict_hits(text)
+        hits = self._hits(strict_scope(message_texts or (text,)))
         intent, confidence, source = None, None, "none"
         runner_up, runner_up_confidence = None, None
         if business_tag:
@@ -201,7 +213,11 @@ class Policy:
             temperature, temperature_rule = temperature_params[tier], f"tier {tier}"
 
         max_tokens, max_tokens_rule, rounds, whitelist = self._max_tokens(
-            client_max_tokens, business_tag, intent if confident else None, notes
+            client_max_tokens,
+            business_tag,
+            intent if confident and source == "classifier" else None,
+            granted_tags,
+            notes,
         )
         streaming_threshold = self.params["max_tokens"]["streaming_threshold"]
         stream_after = streaming_threshold if max_tokens is None or max_tokens > streaming_threshold else None
@@ -239,10 +255,13 @@ class Policy:
 
     def strict_hits(self, text: str) -> list[RegexHit]:
         """The strict patterns that match the edges of the message, each with the text it matched."""
+        return self._hits(edges(text, REGEX_EDGE_CHARS))
+
+    def _hits(self, scope: str) -> list[RegexHit]:
         if not self.patterns:
             return []
         # surrogatepass: a lone surrogate (valid in JSON) is text RE2 matches nothing against, not an error.
-        scanned = edges(text, REGEX_EDGE_CHARS).encode("utf-8", "surrogatepass")
+        scanned = scope.encode("utf-8", "surrogatepass")
         hits = []
         for pattern in self.patterns:
             found = pattern.search(scanned)
@@ -276,9 +295,15 @@ class Policy:
         return override
 
     def _max_tokens(
-        self, client: int | None, tag: str | None, intent: str | None, notes: list[str]
+        self, client: int | None, tag: str | None, intent: str | None, granted: Collection[str], notes: list[str]
     ) -> tuple[int | None, str, int, str | None]:
-        """(max_tokens, rule, continuation rounds allowed, whitelist that applied)."""
+        """(max_tokens, rule, continuation rounds allowed, whitelist that applied).
+
+        A whitelist lifts the cap for a scenario an operator vouched for: a business tag the client's key is granted,
+        or a confident classification of the latest user message as an intent the key is granted as a tag (the
+        classifier then stands in for a tag the client could have sent, and never goes past one). The client's own
+        words are no evidence: a sentence that reads as a legal question, added to any request, lifts nothing.
+        """
         limits = self.params["max_tokens"]
         if self.degraded:
             cap = self.params["degradation"]["max_tokens"]
@@ -286,11 +311,13 @@ class Policy:
                 return client, "client (below the degradation cap)", 0, None
             # Continuing would undo the point of degrading: shorter replies for a saturated pool.
             return cap, "degradation", 0, None
-        whitelist = None
-        for scenario in (tag, intent):
-            if scenario and scenario in self.whitelisted:
-                whitelist = self.whitelisted[scenario]
-                break
+        whitelist = self.whitelisted.get(tag) if tag else None
+        if whitelist is None and intent:
+            listed = self.whitelisted.get(intent)
+            if listed is not None and intent in granted:
+                whitelist = listed
+            elif listed is not None:
+                notes.append(f"intent {intent!r} is on whitelist {listed}, which lifts it only for a key granted it")
         if whitelist is not None:
             ceiling = limits["hard_ceiling"]
             if client is None:
@@ -312,6 +339,13 @@ _SENTENCE_END = set("。！？!?.…；;~～")
 _CLOSERS = set("\"'”’」』）)]】》>*_`")
 # A reply cut right after one of these is obviously unfinished even though it is punctuation.
 _OPENERS = set(",，、:：(（[【《“‘-—")
+
+
+def strict_scope(texts: Sequence[str]) -> str:
+    """What the strict patterns read of a request's messages: each at its edges, and of those joined, the edges."""
+    if len(texts) == 1:
+        return edges(texts[0], REGEX_EDGE_CHARS)  # the common case, without a join
+    return edges("\n".join([edges(text, REGEX_EDGE_CHARS) for text in texts]), CONVERSATION_EDGE_CHARS)
 
 
 def ends_mid_sentence(text: str) -> bool:

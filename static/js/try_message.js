@@ -48,6 +48,8 @@
       if (data.get(key)) payload[key] = data.get(key);
     }
     if (data.get("max_tokens")) payload.max_tokens = Number(data.get("max_tokens"));
+    const granted = (data.get("granted_tags") || "").split(",").map((tag) => tag.trim()).filter(Boolean);
+    if (granted.length) payload.granted_tags = granted;
     error.hidden = true;
     const response = await fetch(form.dataset.url, {
       method: "POST",

@@ -34,7 +34,8 @@ def test_try_a_message_explains_tier_max_tokens_and_rules(seeded, server_url, ne
     assert "0.3" in _value(page, "temperature")
     shot(page, "40-try-a-message-strict")
 
-    _explain(page, "你们的隐私政策里关于个人信息共享的条款是什么", pool="prod-main", max_tokens="1500")
+    legal_question = "你们的隐私政策里关于个人信息共享的条款是什么"
+    _explain(page, legal_question, pool="prod-main", max_tokens="1500", granted_tags="legal_policy")
     page.wait_for_function(
         "document.querySelector('#explain-result tr[data-value=max_tokens]').innerText.includes('1500')"
     )

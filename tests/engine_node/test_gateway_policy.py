@@ -141,7 +141,12 @@ def test_a_manual_override_wins_for_its_conversation(client):
 
 
 def test_a_whitelisted_legal_request_keeps_its_longer_max_tokens(client):
-    headers, reply = ask(client, "你们的隐私政策里关于个人信息共享的条款是什么", max_tokens=200)
+    # The test key is granted the tag `legal` (on the whitelist), not the intent `legal_policy`: the classifier's
+    # reading alone lifts nothing, the granted tag does.
+    legal_question = "你们的隐私政策里关于个人信息共享的条款是什么"
+    headers, _ = ask(client, legal_question, max_tokens=200)
+    assert headers["X-Policy-Max-Tokens"] == "16"
+    headers, reply = ask(client, legal_question, max_tokens=200, extra_headers={"X-Business-Tag": "legal"})
     assert headers["X-Policy-Max-Tokens"] == "200"
     assert reply.choices[0].finish_reason == "stop"  # 40-90 tokens fit in 200: nothing was cut
     headers, _ = ask(client, "退货怎么退", max_tokens=200)

@@ -81,6 +81,15 @@ def test_bad_input_names_the_field(api_for, users, body, field):
     assert field in response.json()["error"]
 
 
-def test_a_whitelisted_legal_question_keeps_the_clients_max_tokens(api_for, users):
-    decision = _explain(api_for("agent"), make_version(), message="你们的隐私政策条款怎么说", max_tokens=1500).json()
+def test_a_whitelisted_legal_question_keeps_the_clients_max_tokens_for_a_key_granted_it(api_for, users):
+    question, version = {"message": "你们的隐私政策条款怎么说", "max_tokens": 1500}, make_version()
+    decision = _explain(api_for("agent"), version, **question, granted_tags=["legal_policy"]).json()
     assert (decision["decision"]["max_tokens"], decision["decision"]["whitelist"]) == (1500, "legal")
+    ungranted = _explain(api_for("agent"), version, **question).json()["decision"]
+    assert (ungranted["intent"], ungranted["max_tokens"], ungranted["whitelist"]) == ("legal_policy", 256, None)
+
+
+def test_granted_tags_must_be_tag_names(api_for, users):
+    response = _explain(api_for("agent"), make_version(), message="hi", granted_tags=["bad tag"])
+    assert response.status_code == 400
+    assert "granted_tags" in response.json()["error"]

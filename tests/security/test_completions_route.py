@@ -71,6 +71,10 @@ def test_a_payment_amount_in_the_prompt_gets_the_strict_tier(node):
         ({"prompt": {"text": "hi"}}, "prompt"),
         ({"prompt": ["one", "two"]}, "prompt"),
         ({"prompt": "hi", "n": 3}, "n"),
+        # Token-id prompts used to skip the generation-count check: n sequences under one admission slot.
+        ({"prompt": [101, 2023, 2003], "n": 3}, "n"),
+        ({"prompt": [101, 2023, 2003], "use_beam_search": True}, "use_beam_search"),
+        ({"prompt": [[101, 2023]], "best_of": 4}, "best_of"),
         ({"prompt": "hi", "max_tokens": -1}, "max_tokens"),
     ],
 )

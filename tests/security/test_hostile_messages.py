@@ -79,9 +79,17 @@ def hostile_requests() -> list[tuple[str, bytes]]:
         *(costly_text(pattern) for pattern in COSTLY_PATTERNS),
     ]
     explains = ["1" * 20000, "a" * 28 + "!", varied_cjk[:2000] * 10]
-    return [("/v1/chat/completions", chat_body(text)) for text in chats] + [
-        ("/v1/policy/explain", json.dumps({"message": text}).encode()) for text in explains
-    ]
+    # The strict patterns read every message: a conversation of costly texts in every role, longer than what they read
+    # of a conversation (its first and last 8,192 characters), so the bound is what is exercised.
+    roles = ("system", "developer", "user", "tool", "assistant", "user")
+    costly = costly_text(COSTLY_PATTERNS[0])[:2000]
+    conversation = [{"role": roles[i % len(roles)], "content": costly} for i in range(12)]
+    conversation_body = json.dumps({"model": MODEL, "messages": conversation, "max_tokens": 8}).encode()
+    return (
+        [("/v1/chat/completions", chat_body(text)) for text in chats]
+        + [("/v1/chat/completions", conversation_body)]
+        + [("/v1/policy/explain", json.dumps({"message": text}).encode()) for text in explains]
+    )
 
 
 def send(url: str, body: bytes | None, timeout_s: float = 30) -> int:

@@ -97,8 +97,13 @@ def test_a_business_tag_replaces_the_classifier_but_not_the_regex(policy):
 
 
 def test_a_whitelisted_legal_request_keeps_its_longer_max_tokens(policy):
-    by_intent = policy.decide("你们的隐私政策里关于个人信息共享的条款是什么", client_max_tokens=1500)
+    legal_question = "你们的隐私政策里关于个人信息共享的条款是什么"
+    by_intent = policy.decide(legal_question, client_max_tokens=1500, granted_tags=frozenset({"legal_policy"}))
     assert (by_intent.max_tokens, by_intent.whitelist, by_intent.continuation_rounds) == (1500, "legal", 0)
+    # The same words from a key not granted the intent: the first-turn cap, and a note saying why.
+    ungranted = policy.decide(legal_question, client_max_tokens=1500, granted_tags=frozenset({"copywriting"}))
+    assert (ungranted.intent, ungranted.max_tokens, ungranted.whitelist) == ("legal_policy", 256, None)
+    assert any("legal_policy" in note for note in ungranted.notes)
     by_tag = policy.decide("第十二条怎么解释", business_tag="legal", client_max_tokens=1024)
     assert (by_tag.max_tokens, by_tag.whitelist) == (1024, "legal")
     above = policy.decide("第十二条怎么解释", business_tag="legal", client_max_tokens=100000)
