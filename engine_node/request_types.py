@@ -156,8 +156,8 @@ def append_message(messages: Raw, message: dict) -> Raw:
 def _refused(exc: msgspec.ValidationError, prefix: str, field: str | None = None) -> Refused:
     """msgspec's "Expected `str`, got `int` - at `$.content[0]`" as "messages[3].content[0]: expected ..."."""
     text = str(exc)
-    message, _, at = text.rpartition(" - at `")
-    if not at:
+    message, found, at = text.rpartition(" - at `")
+    if not found:
         message, at = text, "$`"
     where = prefix + at[1:-1]
     return Refused(f"{where}: {message[0].lower() + message[1:]}.", field or prefix, where)
