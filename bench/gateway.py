@@ -1,5 +1,8 @@
 """What the engine-node gateway's request policy costs, each figure against a baseline measured in the same run.
 
+0. Versions (bench/gateway_versions.py): the agent of `--baseline` (a revision, default df22adb) and this tree's,
+   alternating: CPU per request (JSON, SSE), latency added at `--qps`, idle CPU share, /healthz while clients with a
+   valid key send maximum-size bodies.
 1. HTTP, gateway vs direct: one stand-alone agent (`python -m engine_node --backend simulator`, no control plane, the
    template defaults and a policy bundle written to its state dir) runs its simulator child on an engine port this
    script picks (`--engine-port`), so the direct baseline calls *the same simulator process* the gateway forwards to.
@@ -26,7 +29,8 @@
    with per-label recall; baseline: always answering the training set's most common label. Calibration and the
    comparison with the previous model: bench/intent_quality.py.
 
-Run from the repository root: `.venv/bin/python bench/gateway.py [--duration S] [--parts http,policy,accuracy]`.
+Run from the repository root:
+`.venv/bin/python bench/gateway.py [--duration S] [--parts versions,http,policy,accuracy]`.
 Every process it starts is killed on exit, Ctrl-C or error (the agent and its simulator run in their own sessions).
 """
 
