@@ -1,5 +1,8 @@
 """What the engine-node gateway's request policy costs, each figure against a baseline measured in the same run.
 
+0. Versions (bench/gateway_versions.py): the agent of `--baseline` (a revision, default df22adb) and this tree's,
+   alternating: CPU per request (JSON, SSE), latency added at `--qps`, idle CPU share, /healthz while clients with a
+   valid key send maximum-size bodies.
 1. HTTP, gateway vs direct: one stand-alone agent (`python -m engine_node --backend simulator`, no control plane, the
    template defaults and a policy bundle written to its state dir) runs its simulator child on an engine port this
    script picks (`--engine-port`), so the direct baseline calls *the same simulator process* the gateway forwards to.
@@ -26,7 +29,8 @@
    with per-label recall; baseline: always answering the training set's most common label. Calibration and the
    comparison with the previous model: bench/intent_quality.py.
 
-Run from the repository root: `.venv/bin/python bench/gateway.py [--duration S] [--parts http,policy,accuracy]`.
+Run from the repository root:
+`.venv/bin/python bench/gateway.py [--duration S] [--parts versions,http,policy,accuracy]`.
 Every process it starts is killed on exit, Ctrl-C or error (the agent and its simulator run in their own sessions).
 """
 
@@ -52,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from gateway_agent import BUNDLE, MODEL, REPLY_MAX_TOKENS, SYSTEM_PROMPT  # noqa: E402
 from gateway_load import Side, percentile, run_http  # noqa: E402
+from gateway_versions import print_versions, run_versions  # noqa: E402
 
 from controlplane.params import schema  # noqa: E402
 from engine_node import openai_api  # noqa: E402
@@ -304,18 +309,24 @@ def main() -> None:
     parser.add_argument("--gateway-port", type=int, default=0, help="first gateway port (0: free ports)")
     parser.add_argument("--engine-port", type=int, default=0, help="first simulator port (0: free ports)")
     parser.add_argument("--skip-no-batch-wait", action="store_true", help="skip the second agent with batch.min_size=1")
-    parser.add_argument("--parts", default="http,policy,accuracy", help="any of http,policy,accuracy")
+    parser.add_argument("--parts", default="versions,http,policy,accuracy", help="any of versions,http,policy,accuracy")
+    parser.add_argument("--baseline", default="df22adb", help="the revision 'before' runs from (versions part)")
+    parser.add_argument("--versions-rounds", type=int, default=2, help="alternating rounds per version (default 2)")
+    parser.add_argument("--versions-slice", type=float, default=4, help="seconds per slice (versions part)")
+    parser.add_argument("--versions-clients", type=int, default=16, help="closed-loop clients (versions part)")
+    parser.add_argument("--hostile-clients", type=int, default=4, help="clients sending maximum-size bodies")
+    parser.add_argument("--idle-s", type=float, default=10, help="seconds of idle CPU measured (versions part)")
     parser.add_argument("--keep", action="store_true", help="keep the agents' state dirs and logs")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    if unknown := parts - {"http", "policy", "accuracy"}:
+    if unknown := parts - {"versions", "http", "policy", "accuracy"}:
         parser.error(f"--parts: unknown {sorted(unknown)}")
     if args.duration <= 0 or args.rounds < 1 or args.qps <= 0 or args.concurrency < 1:
         parser.error("--duration, --qps must be positive; --rounds, --concurrency at least 1")
 
     signal.signal(signal.SIGTERM, interrupted)
     started = time.perf_counter()
-    accuracy = policy = http = None
+    accuracy = policy = http = versions = None
     if "accuracy" in parts:
         print("classifier accuracy on the held-out split ...", flush=True)
         accuracy = run_accuracy(schema.defaults()["intent"]["confidence_floor"])
@@ -323,19 +334,24 @@ def main() -> None:
         print(f"policy decision time, {args.passes} passes over the dataset ...", flush=True)
         gc.collect()
         policy = run_policy(args.passes)
-    if "http" in parts:
-        print("gateway vs direct over HTTP ...", flush=True)
-        work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-        try:
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    try:
+        if "versions" in parts:
+            print(f"the gateway before ({args.baseline}) and after ...", flush=True)
+            versions = run_versions(args, work)
+        if "http" in parts:
+            print("gateway vs direct over HTTP ...", flush=True)
             http = run_http(args, work)
-        except RuntimeError as exc:
-            raise SystemExit(f"bench/gateway.py: {exc}") from None
-        finally:
-            if args.keep:
-                print(f"  logs kept in {work}")
-            else:
-                shutil.rmtree(work, ignore_errors=True)
+    except RuntimeError as exc:
+        raise SystemExit(f"bench/gateway.py: {exc}") from None
+    finally:
+        if args.keep:
+            print(f"  logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     report(http, policy, accuracy, args)
+    if versions:
+        print_versions(versions, args)
     print(f"\n(whole benchmark: {time.perf_counter() - started:.0f}s)")
 
 

@@ -116,8 +116,12 @@ def alive(pid: int) -> bool:
 class AgentUnderTest:
     """One `python -m engine_node` on the simulator, in its own session, with a config on its disk."""
 
-    def __init__(self, *, name: str, work: Path, gateway_port: int, engine_port: int, batch: dict, seed: int):
+    def __init__(
+        self, *, name: str, work: Path, gateway_port: int, engine_port: int, batch: dict, seed: int, root: Path = ROOT
+    ):
+        """`root`: the source tree the agent runs from (another revision's, for a before/after comparison)."""
         self.name = name
+        self.root = root
         self.state_dir = work / name
         self.gateway_port = gateway_port
         self.engine_port = engine_port
@@ -162,7 +166,7 @@ class AgentUnderTest:
             # of the caller's may change what is measured.
             env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGINE_NODE_", "SIMULATOR_"))}
             self.process = subprocess.Popen(
-                self.args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.args, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         finally:
             log.close()

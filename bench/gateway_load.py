@@ -26,6 +26,7 @@ from engine_node.forwarding import apply_decision  # noqa: E402
 from engine_node.policy.dataset import load_examples  # noqa: E402
 from engine_node.policy.intent import IntentClassifier  # noqa: E402
 from engine_node.policy.rules import Policy  # noqa: E402
+from engine_node.request_types import encode_body  # noqa: E402
 
 # --- load generation ----------------------------------------------------------------------------------------------
 
@@ -107,9 +108,7 @@ def build_requests(policy: Policy, count: int, seed: int, *, stream: bool = Fals
             message_texts=chat.message_texts,
         )
         forwarded = apply_decision(chat.body, decision)
-        requests.append(
-            Request(raw, openai_api.compact_json(forwarded).encode("utf-8"), decision.temperature, decision.max_tokens)
-        )
+        requests.append(Request(raw, encode_body(forwarded), decision.temperature, decision.max_tokens))
     return requests
 
 

@@ -1,10 +1,17 @@
-"""`python -m engine_node`: run the agent until interrupted."""
+"""`python -m engine_node`: run the agent until interrupted, on uvloop where it is installed."""
 
 import asyncio
 import contextlib
 import logging
 import signal
 import sys
+
+try:
+    # libuv's event loop: the gateway's sockets, timers and callbacks at a fraction of the default loop's CPU
+    # (docs/benchmarks.md, *gateway*). Optional: the standard loop serves where it is not installed.
+    from uvloop import new_event_loop as loop_factory
+except ImportError:
+    loop_factory = None
 
 from engine_node.agent import Agent
 from engine_node.engine import EngineStartFailed
@@ -15,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = from_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {settings.node_name} %(name)s %(message)s")
     try:
-        asyncio.run(_serve(Agent(settings)))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_serve(Agent(settings)))
     except EngineStartFailed as exc:
         logging.getLogger("engine_node").error("%s", exc)
         return 1

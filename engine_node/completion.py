@@ -9,13 +9,17 @@ marks it for whoever measures the first round: the first chunk of continuation r
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 import aiohttp
+import msgspec
 
 from engine_node import metrics
 from engine_node.policy.rules import Decision, ends_mid_sentence
+from engine_node.request_types import append_message, encode_body
+
+_JSON = {"Content-Type": "application/json"}
+_decode = msgspec.json.Decoder().decode
 
 
 class UpstreamError(Exception):
@@ -31,7 +35,10 @@ class UpstreamError(Exception):
 def continuation_body(body: dict, text: str, max_tokens: int | None) -> dict:
     """The next round's request: the conversation plus the partial reply, which the engine continues."""
     follow = dict(body)
-    follow["messages"] = [*body["messages"], {"role": "assistant", "content": text}]
+    reply = {"role": "assistant", "content": text}
+    messages = body["messages"]
+    # The client's messages stay the raw JSON they came as; the partial reply is spliced onto their end.
+    follow["messages"] = append_message(messages, reply) if isinstance(messages, msgspec.Raw) else [*messages, reply]
     follow["continue_final_message"] = True
     follow["add_generation_prompt"] = False
     if max_tokens is not None:
@@ -53,7 +60,7 @@ async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[dict | str]
             yield "[DONE]"
             return
         if payload:
-            yield json.loads(payload)
+            yield _decode(payload)
 
 
 async def complete(http: aiohttp.ClientSession, url: str, body: dict, decision: Decision, headers: dict) -> dict:
@@ -63,14 +70,14 @@ async def complete(http: aiohttp.ClientSession, url: str, body: dict, decision: 
     rounds = 0
     request = body
     while True:
-        async with http.post(url, json=request, headers=headers) as upstream:
+        async with http.post(url, data=encode_body(request), headers={**headers, **_JSON}) as upstream:
             raw = await upstream.read()
             if upstream.status != 200:
                 if answer is None:
                     raise UpstreamError(upstream.status, raw, upstream.content_type)
                 metrics.CONTINUATIONS.labels(outcome="engine_error").inc()
                 break
-            reply = json.loads(raw)
+            reply = _decode(raw)
         choice = reply["choices"][0]
         text += choice["message"].get("content") or ""
         if answer is None:
@@ -103,7 +110,7 @@ async def stream(
     while True:
         finish_reason = None
         marked = rounds == 0  # the first chunk of a continuation round carries its number (the round boundary)
-        async with http.post(url, json=request, headers=headers) as upstream:
+        async with http.post(url, data=encode_body(request), headers={**headers, **_JSON}) as upstream:
             if upstream.status != 200:
                 raw = await upstream.read()
                 if identity is None:
@@ -168,7 +175,7 @@ async def stream(
 
 
 def _without_finish(event: dict) -> dict:
-    copy = json.loads(json.dumps(event))
+    copy = _decode(encode_body(event))
     copy["choices"][0]["finish_reason"] = None
     copy["choices"][0].pop("stop_reason", None)
     return copy

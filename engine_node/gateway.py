@@ -15,12 +15,14 @@ from aiohttp import ClientConnectionResetError, web
 
 from engine_node import completion, long_replies, metrics, openai_api
 from engine_node.admission import Admission, AdmissionRejected
+from engine_node.chat_outcomes import record_chat
 from engine_node.client_keys import KeyGrant, KeyTable
 from engine_node.forwarding import apply_decision, decision_headers
 from engine_node.gateway_access import GatewayAccess
 from engine_node.openai_api import BadRequest, ChatRequest
 from engine_node.policy.explain import ExplainInvalid, explain
 from engine_node.policy.rules import Decision, Policy
+from engine_node.request_types import encode_body
 from engine_node.review_sampling import ReviewSampler
 from engine_node.sessions import (
     SSE_HEADERS,
@@ -119,8 +121,8 @@ class Gateway:
         if chat.stream:
             # The admission slot goes with the generation, which may outlive this handler (a dropped client).
             return await self._stream(request, chat, decision, body, headers, ticket, started)
-        if decision.stream_after_tokens is not None and long_replies.takes_either(request.headers, body):
-            return await self._stream_when_long(request, decision, body, headers, ticket, started)
+        if decision.stream_after_tokens is not None and long_replies.takes_either(request.headers, chat.values):
+            return await self._stream_when_long(request, chat, decision, body, headers, ticket, started)
         try:
             answer = await completion.complete(self._http(), self._chat_url(), body, decision, {})
         except completion.UpstreamError as exc:
@@ -134,7 +136,7 @@ class Gateway:
         metrics.REQUESTS.labels(outcome="ok").inc()
         self.record(started, "ok", decision, usage=answer.get("usage"))
         headers["X-Continuation-Rounds"] = str(answer.pop("x_continuation_rounds", 0))
-        return web.json_response(answer, headers=headers, dumps=openai_api.compact_json)
+        return openai_api.json_response(answer, headers=headers)
 
     async def _stream(
         self,
@@ -147,8 +149,8 @@ class Gateway:
         started: float,
     ) -> web.StreamResponse:
         """The client asked for a stream: the engine's chunks across continuation rounds, relayed."""
-        if body.get("seed") is None:
-            body = {**body, "seed": new_seed()}  # kept with the session, so "start again" can reproduce the text
+        seed = chat.seed if chat.seed is not None else new_seed()  # kept with the session: "start again" reproduces
+        body = {**body, "seed": seed}
         # Usage is always asked for (the sample counts tokens); watched() drops it unless the client asked too.
         watch = StreamWatch()
         chunks = watched(
@@ -159,16 +161,22 @@ class Gateway:
         except (completion.UpstreamError, aiohttp.ClientError) as exc:
             return await self._refused_before_reply(exc, ticket, started, decision, headers)
         rest = prepend([] if first is None else [first], chunks)
-        return await self._relay(request, body, decision, headers, ticket, started, watch, rest)
+        return await self._relay(request, chat, body, decision, headers, ticket, started, watch, rest)
 
     async def _stream_when_long(
-        self, request: web.Request, decision: Decision, body: dict, headers: dict, ticket, started: float
+        self,
+        request: web.Request,
+        chat: ChatRequest,
+        decision: Decision,
+        body: dict,
+        headers: dict,
+        ticket,
+        started: float,
     ) -> web.StreamResponse:
         """A non-streaming request from a client that also accepts a stream: generated as a stream, answered as one
         JSON object when the reply ends within `max_tokens.streaming_threshold` tokens, streamed once it runs past
         it (engine_node/long_replies.py)."""
-        if body.get("seed") is None:
-            body = {**body, "seed": new_seed()}
+        body = {**body, "seed": chat.seed if chat.seed is not None else new_seed()}
         watch = StreamWatch()
         chunks = watched(completion.stream(self._http(), self._chat_url(), body, decision, {}, True), watch, True)
         try:
@@ -177,7 +185,8 @@ class Gateway:
             return await self._refused_before_reply(exc, ticket, started, decision, headers)
         if more:
             headers["X-Streamed-After-Tokens"] = str(decision.stream_after_tokens)
-            return await self._relay(request, body, decision, headers, ticket, started, watch, prepend(head, chunks))
+            chunks = prepend(head, chunks)
+            return await self._relay(request, chat, body, decision, headers, ticket, started, watch, chunks)
         await ticket.__aexit__(None, None, None)
         try:
             answer = long_replies.joined(head)
@@ -188,7 +197,7 @@ class Gateway:
         ttft = watch.first_content_at - started if watch.first_content_at is not None else None
         self.record(started, "ok", decision, usage=answer.get("usage"), ttft_s=ttft)
         headers["X-Continuation-Rounds"] = str(answer.pop("x_continuation_rounds", 0))
-        return web.json_response(answer, headers=headers, dumps=openai_api.compact_json)
+        return openai_api.json_response(answer, headers=headers)
 
     async def _refused_before_reply(self, exc, ticket, started: float, decision: Decision, headers: dict):
         """The engine refused or could not be reached before any byte of the reply: the slot back, the error out."""
@@ -200,10 +209,20 @@ class Gateway:
         return engine_unreachable(exc)
 
     async def _relay(
-        self, request: web.Request, body: dict, decision: Decision, headers: dict, ticket, started, watch, chunks
+        self,
+        request: web.Request,
+        chat: ChatRequest,
+        body: dict,
+        decision: Decision,
+        headers: dict,
+        ticket,
+        started,
+        watch,
+        chunks,
     ) -> web.StreamResponse:
         """A numbered, hash-chained SSE stream whose generation survives a dropped client for the grace period."""
-        meta = {**request_summary(body, path=request.path), "owner": request["client_key"].owner}
+        summary = request_summary({"model": chat.values.get("model"), "messages": body["messages"]}, path=request.path)
+        meta = {**summary, "owner": request["client_key"].owner}
         relay = await self.sessions.start(seed=body["seed"], meta=meta)
 
         async def produce():
@@ -245,42 +264,17 @@ class Gateway:
             try:
                 await response.prepare(request)
                 async for data in stream:
-                    await response.write(data)
+                    # Chunks published while the last write was under way go out together: fewer writes, and
+                    # none of them waits for a chunk still to come.
+                    await response.write(data + stream.take_ready())
                 await response.write_eof()
             except (ConnectionResetError, ClientConnectionResetError):
                 pass  # the client went away; the session keeps generating for the grace period
         return response
 
-    def record(
-        self, started: float, outcome: str, decision: Decision, *, usage: dict | None = None, ttft_s=None
-    ) -> None:
+    def record(self, started: float, outcome: str, decision: Decision, *, usage: dict | None = None, ttft_s=None):
         """One finished chat request into the sample's window and the gateway's histograms."""
-        e2e = time.monotonic() - started
-        tokens = None
-        if usage:
-            tokens = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-        if outcome == "ok":
-            metrics.CHAT_DURATION.observe(e2e)
-            if ttft_s is not None:
-                metrics.CHAT_TTFT.observe(ttft_s)
-            if tokens is not None:
-                metrics.CHAT_TOKENS.observe(tokens)
-        source = decision.intent_source
-        intent = (
-            (decision.intent or "none") if source == "classifier" else ("tag" if source == "business_tag" else "none")
-        )
-        floor = decision.confidence_floor
-        confidence = decision.confidence if source == "classifier" and floor is not None else None
-        self.requests.record(
-            e2e_s=e2e,
-            outcome=outcome,
-            ttft_s=ttft_s,
-            tokens=tokens,
-            intent=intent,
-            tier=decision.tier,
-            confidence=confidence,
-            below_floor=confidence is not None and confidence < floor,
-        )
+        record_chat(self.requests, time.monotonic() - started, outcome, decision, usage=usage, ttft_s=ttft_s)
 
     def _granted_decision(self, request: web.Request, chat: ChatRequest) -> tuple[Decision, dict, dict]:
         """The policy's decision for a request under its key's grant, the body to forward and the policy headers."""
@@ -329,9 +323,7 @@ class Gateway:
             return BadRequest(f"{exc.field}: {exc.message}.", exc.field).response()
         if ignored:
             decision["decision"]["notes"].append(f"business tag {ignored!r} is not granted to this key: ignored")
-        return web.json_response(
-            {"node": self.node_name, "template": self.policy_label, **decision}, dumps=openai_api.compact_json
-        )
+        return openai_api.json_response({"node": self.node_name, "template": self.policy_label, **decision})
 
     # --- the engine's own routes -----------------------------------------------------------------------------
 
@@ -348,7 +340,7 @@ class Gateway:
             batch = self.policy.params["batch"]
             async with self.admission.admitted(prompt_tokens=completion_request.prompt_tokens, batch=batch):
                 url = f"{self._engine_url()}/v1/completions"
-                encoded = openai_api.compact_json(body).encode("utf-8")
+                encoded = encode_body(body)
                 return await forward(self._http(), request, url, encoded, self.node_name, headers=headers)
         except AdmissionRejected as exc:
             return refused(exc)

@@ -12,13 +12,14 @@ engine generate or score more than one sequence per admitted request are refused
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 
+import msgspec
 from aiohttp import web
 
+from engine_node import request_types
 from engine_node.policy.explain import ExplainInvalid, checked_name, estimate_tokens
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -28,8 +29,6 @@ TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refu
 # that takes them. Every other type (embeddings, which bypass the tokenizer, tool references, anything unknown) is
 # refused: the policy would pass it unread.
 MEDIA_PARTS = frozenset({"image_url", "input_image", "audio_url", "input_audio", "video_url"})
-# A message's text beside its content that chat templates render (vLLM's message params).
-MESSAGE_TEXT_FIELDS = ("refusal", "reasoning", "reasoning_content")
 # Fields that make the engine generate more than one sequence, or score every prompt token, for one request: admission
 # counts one slot and the max_tokens cap bounds one sequence, so each would multiply what a request may cost. The
 # value each may take (its default); anything else is refused. `echo` scores the prompt when logprobs are asked.
@@ -49,7 +48,7 @@ MAX_TOP_LOGPROBS = 20
 GATEWAY_FIELDS = ("business_tag", "conversation_id")
 MAX_TAG_LENGTH = 64
 MAX_CONVERSATION_LENGTH = 128
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class BadRequest(Exception):
@@ -70,18 +69,47 @@ def error_response(
     status: int, message: str, error_type: str, param: str | None = None, headers: dict | None = None
 ) -> web.Response:
     body = {"error": {"message": message, "type": error_type, "param": param, "code": status}}
-    return web.json_response(body, status=status, headers=headers, dumps=compact_json)
+    return json_response(body, status=status, headers=headers)
+
+
+def json_response(value: object, *, status: int = 200, headers: dict | None = None) -> web.Response:
+    """A JSON answer encoded by msgspec in one pass, straight to bytes."""
+    return web.Response(
+        body=request_types.encode(value), status=status, headers=headers, content_type="application/json"
+    )
 
 
 def compact_json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return request_types.encode(value).decode("utf-8")
+
+
+class _Values:
+    """The top-level fields the gateway reads, decoded from their raw JSON on first read (`get` as on a dict)."""
+
+    __slots__ = ("_decoded", "_fields")
+
+    def __init__(self, fields: dict[str, msgspec.Raw]):
+        self._fields = fields
+        self._decoded: dict[str, object] = {}
+
+    def get(self, name: str, default: object = None) -> object:
+        if name in self._decoded:
+            return self._decoded[name]
+        raw = self._fields.get(name)
+        value = default if raw is None else request_types.decode_value(raw)
+        self._decoded[name] = value
+        return value
 
 
 @dataclass
 class ChatRequest:
     """A validated chat body (still to be forwarded) and what the policy reads from it."""
 
+    # The body to forward: the client's top-level fields as raw JSON (request_types.encode_body writes it), less the
+    # gateway's own; `values` reads any of them decoded.
     body: dict
+    values: _Values
+    seed: int | None
     stream: bool
     # What the classifier reads and the review queue samples: the latest user message (the latest message not from
     # the assistant when there is none), every text part of it.
@@ -96,77 +124,117 @@ class ChatRequest:
 
 
 def parse_json(raw: bytes) -> object:
+    """A whole body as Python values (the explain route, which reads every field it is sent)."""
+    _check_text(raw)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"The request body is not valid UTF-8 (byte {exc.start}).") from None
-    try:
-        body = json.loads(text)
+        return request_types.decode_value(raw)
     except RecursionError:
         raise BadRequest("The request body nests too deeply.") from None
-    except ValueError as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
-    # JSON may spell an unpaired UTF-16 surrogate (\ud800), which is no text: the engine's tokenizer cannot take it.
-    # Only such an escape brings one in, so only a body holding one pays for the check.
-    if _SURROGATE_ESCAPE.search(text):
+    except msgspec.DecodeError as exc:
+        raise _not_json(raw, exc) from None
+
+
+def parse_fields(raw: bytes) -> dict[str, msgspec.Raw]:
+    """A request object's top-level fields, each still raw JSON: what the gateway forwards unless it edits it."""
+    _check_text(raw)
+    try:
+        return request_types.decode_fields(raw)
+    except request_types.Refused as exc:
+        raise BadRequest(exc.message, exc.field) from None
+    except msgspec.ValidationError:
+        raise BadRequest("The request body must be a JSON object.") from None
+    except msgspec.DecodeError as exc:
+        raise _not_json(raw, exc) from None
+
+
+def _check_text(raw: bytes) -> None:
+    # The decoder skips the fields it forwards without reading their strings' bytes: the whole body is checked here.
+    if not raw.isascii():
         try:
-            json.dumps(body, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest("The request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff).") from None
-    return body
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"The request body is not valid UTF-8 (byte {exc.start}).") from None
+
+
+def _not_json(raw: bytes, exc: msgspec.DecodeError) -> BadRequest:
+    # JSON may spell an unpaired UTF-16 surrogate (\ud800), which is no text: the engine's tokenizer cannot take it.
+    if _SURROGATE_ESCAPE.search(raw):
+        return BadRequest("The request body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff).")
+    return BadRequest(f"The request body is not valid JSON: {exc}.")
 
 
 def parse_chat(raw: bytes, headers) -> ChatRequest:
-    body = parse_json(raw)
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+    fields = parse_fields(raw)
+    messages = fields.get("messages")
+    try:
+        raws = request_types.decode_messages(messages) if messages is not None else []
+    except request_types.Refused as exc:
+        raise BadRequest(exc.message, exc.field) from None
+    if not raws:
         raise BadRequest("messages: must be a non-empty list of message objects.", "messages")
+    typed = []
+    parts = 0
+    for index, value in enumerate(raws):
+        try:
+            message = request_types.decode_message(value, index)
+        except request_types.Refused as exc:
+            raise BadRequest(exc.message, "messages") from None
+        if message.role not in ROLES:
+            raise BadRequest(
+                f"messages[{index}].role: {message.role!r} is not one of {', '.join(sorted(ROLES))}.", "messages"
+            )
+        if isinstance(message.content, list):
+            parts += len(message.content)
+            if parts > request_types.MAX_PARTS:
+                raise BadRequest(
+                    f"messages: more than {request_types.MAX_PARTS} content parts in one request.", "messages"
+                )
+        typed.append(message)
     latest_user, latest_spoken = None, ""
     texts = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise BadRequest(f"messages[{index}]: must be an object.", "messages")
-        role = message.get("role")
-        if role not in ROLES:
-            raise BadRequest(f"messages[{index}].role: {role!r} is not one of {', '.join(sorted(ROLES))}.", "messages")
+    for index, message in enumerate(typed):
         text = _message_text(message, index)
         texts.append(text)
-        if role == "user":
+        if message.role == "user":
             latest_user = text
-        elif role != "assistant":
+        elif message.role != "assistant":
             latest_spoken = text
     latest = latest_user if latest_user is not None else latest_spoken
     # Chat templates add a few tokens per message (role markers, end-of-turn).
-    prompt_tokens = estimate_tokens("".join(texts)) + 4 * len(messages)
-    return _request(body, headers, latest, prompt_tokens, tuple(texts))
+    prompt_tokens = estimate_tokens("".join(texts)) + 4 * len(typed)
+    return _request(fields, headers, latest, prompt_tokens, tuple(texts))
 
 
 def parse_completion(raw: bytes, headers) -> ChatRequest:
     """A `POST /v1/completions` body, read as the policy reads a chat: its prompt is the latest user text, so the
     same tiers, max_tokens caps and degradation apply (a raw prompt is no way around them)."""
-    body = parse_json(raw)
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a batch of one
-    suffix = body.get("suffix")
+    fields = parse_fields(raw)
+    raw_prompt = fields.get("prompt")
+    ids = request_types.decode_prompt_ids(raw_prompt) if raw_prompt is not None else None
+    if ids is None:
+        prompt = request_types.decode_value(raw_prompt) if raw_prompt is not None else None
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = prompt
+    suffix = request_types.decode_value(fields["suffix"]) if "suffix" in fields else None
     if suffix is not None and not isinstance(suffix, str):
         raise BadRequest("suffix: must be a string.", "suffix")
     read = () if suffix is None else (suffix,)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    if ids:
         # Token ids: nothing for the tiers to read (normal tier), but the max_tokens caps hold all the same.
-        return _request(body, headers, "", len(prompt), read)
+        return _request(fields, headers, "", len(ids), read)
     if not isinstance(prompt, str):
         raise BadRequest("prompt: must be a string or a list of token ids (one prompt per request).", "prompt")
-    return _request(body, headers, prompt, estimate_tokens(prompt), (prompt, *read))
+    return _request(fields, headers, prompt, estimate_tokens(prompt), (prompt, *read))
 
 
-def _request(body: dict, headers, latest_user: str, prompt_tokens: int, message_texts: tuple[str, ...]) -> ChatRequest:
+def _request(
+    fields: dict[str, msgspec.Raw], headers, latest_user: str, prompt_tokens: int, message_texts: tuple[str, ...]
+) -> ChatRequest:
     """The fields every generation request shares: one generation, sampling bounds, max_tokens, streaming, tag and
     conversation."""
+    body = _Values(fields)
     for name, allowed in ONE_GENERATION:
         value = body.get(name)
         if value is None or (value == allowed and type(value) is type(allowed)):
@@ -212,9 +280,12 @@ def _request(body: dict, headers, latest_user: str, prompt_tokens: int, message_
     tag = _checked_name(tag, "business_tag", MAX_TAG_LENGTH)
     conversation = headers.get("X-Conversation-Id") or body.get("conversation_id")
     conversation = _checked_name(conversation, "conversation_id", MAX_CONVERSATION_LENGTH)
-    forwarded = {key: value for key, value in body.items() if key not in GATEWAY_FIELDS}
+    forwarded = {key: value for key, value in fields.items() if key not in GATEWAY_FIELDS}
+    seed = body.get("seed")
     return ChatRequest(
         body=forwarded,
+        values=body,
+        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         stream=stream,
         latest_user_text=latest_user,
         prompt_tokens=prompt_tokens,
@@ -226,54 +297,37 @@ def _request(body: dict, headers, latest_user: str, prompt_tokens: int, message_
     )
 
 
-def _message_text(message: dict, index: int) -> str:
+def _message_text(message: request_types.Message, index: int) -> str:
     """Every text of a message the engine's chat template renders: its content's text parts, then the text fields
-    beside it and the arguments of its tool calls."""
-    text = _content_text(message.get("content"), index)
-    extra = []
-    for name in MESSAGE_TEXT_FIELDS:
-        value = message.get(name)
-        if value is not None:
-            if not isinstance(value, str):
-                raise BadRequest(f"messages[{index}].{name}: must be a string.", "messages")
-            extra.append(value)
-    calls = message.get("tool_calls")
-    if calls:
-        if not isinstance(calls, list):
-            raise BadRequest(f"messages[{index}].tool_calls: must be a list.", "messages")
-        for number, call in enumerate(calls):
-            function = call.get("function") if isinstance(call, dict) else None
-            arguments = function.get("arguments") if isinstance(function, dict) else None
-            if not isinstance(arguments, str):
-                where = f"messages[{index}].tool_calls[{number}].function.arguments"
-                raise BadRequest(f"{where}: must be a string (JSON text).", "messages")
-            extra.append(arguments)
+    beside it and the arguments of its tool calls (their types are the decoder's: request_types.Message)."""
+    text = _content_text(message.content, index)
+    extra = [value for value in (message.refusal, message.reasoning, message.reasoning_content) if value is not None]
+    if message.tool_calls:
+        extra += [call.function.arguments for call in message.tool_calls]
     return "\n".join((text, *extra)) if extra else text
 
 
-def _content_text(content: object, index: int) -> str:
+def _content_text(content: str | list | None, index: int) -> str:
     if content is None or isinstance(content, str):
         return content or ""
-    if isinstance(content, list):
-        parts = []
-        for number, part in enumerate(content):
-            part_type = part.get("type") if isinstance(part, dict) else None
-            if not isinstance(part_type, str):
-                raise BadRequest(f"messages[{index}].content: parts must be objects with a type.", "messages")
-            field = TEXT_PARTS.get(part_type)
-            if field is not None:
-                if not isinstance(part.get(field), str):
-                    where = f"messages[{index}].content[{number}]"
-                    raise BadRequest(f"{where}: a {part_type} part needs a string {field}.", "messages")
-                parts.append(part[field])
-            elif part_type not in MEDIA_PARTS:
-                where = f"messages[{index}].content[{number}].type"
-                known = ", ".join(sorted({*TEXT_PARTS, *MEDIA_PARTS}))
-                raise BadRequest(
-                    f"{where}: {part_type!r} is not a part the gateway can read (one of {known}).", "messages"
-                )
-        return "".join(parts)
-    raise BadRequest(f"messages[{index}].content: must be a string or a list of parts.", "messages")
+    parts = []
+    for number, value in enumerate(content):
+        try:
+            part = request_types.decode_part(value, index, number)
+        except request_types.Refused as exc:
+            raise BadRequest(exc.message, "messages") from None
+        field = TEXT_PARTS.get(part.type)
+        if field is not None:
+            text = getattr(part, field)
+            if text is None:
+                where = f"messages[{index}].content[{number}]"
+                raise BadRequest(f"{where}: a {part.type} part needs a string {field}.", "messages")
+            parts.append(text)
+        elif part.type not in MEDIA_PARTS:
+            where = f"messages[{index}].content[{number}].type"
+            known = ", ".join(sorted({*TEXT_PARTS, *MEDIA_PARTS}))
+            raise BadRequest(f"{where}: {part.type!r} is not a part the gateway can read (one of {known}).", "messages")
+    return "".join(parts)
 
 
 def _checked_name(value: object, field: str, limit: int) -> str | None:

@@ -8,6 +8,8 @@ import re
 import secrets
 from collections.abc import Mapping
 
+import msgspec
+
 from engine_node.sessions.exceptions import ChainError, SeqOutOfRange
 
 FRAMING_KEYS = ("x_session", "x_seq", "x_hash")
@@ -74,13 +76,11 @@ def interrupted_event(session_id: str, last_seq: int, seed: int, reason: str) ->
 
 
 def request_summary(body: Mapping, *, path: str = "") -> dict:
-    """What a session remembers of its request: endpoint, model and a hash of the messages (or prompt)."""
+    """What a session remembers of its request: endpoint, model and a hash of the messages (or prompt): of their
+    canonical JSON, or of the JSON as the client sent it when the gateway forwards it raw (msgspec.Raw)."""
     conversation = body.get("messages", body.get("prompt"))
-    return {
-        "path": path,
-        "model": body.get("model"),
-        "input_sha256": hashlib.sha256(_utf8(canonical_json(conversation))).hexdigest(),
-    }
+    data = bytes(conversation) if isinstance(conversation, msgspec.Raw) else _utf8(canonical_json(conversation))
+    return {"path": path, "model": body.get("model"), "input_sha256": hashlib.sha256(data).hexdigest()}
 
 
 def resume_position(after: str | None, last_event_id: str | None = None) -> int:

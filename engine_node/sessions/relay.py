@@ -29,6 +29,7 @@ from engine_node.sessions.stores import (
     SessionRecord,
     SessionStore,
 )
+from engine_node.sessions.subscriptions import Replay, Subscription
 
 log = logging.getLogger("engine_node.sessions")
 
@@ -44,81 +45,6 @@ MAX_PENDING = 512  # store writes queued behind a slow store before publish() wa
 def session_headers(session: SessionRelay | SessionRecord) -> dict[str, str]:
     """The response headers that name a session: its id, and the seed a client sends to start it again."""
     return {"X-Session-Id": session.session_id, "X-Session-Seed": str(session.seed)}
-
-
-class Subscription:
-    """One client's view of a live session: chunks after `after_seq`, then live ones, then the end.
-
-    Use as `async with relay.subscribe(n) as stream: async for data in stream: ...`; leaving the block (or
-    close()) detaches the client, and when the last client is gone the grace period starts.
-    """
-
-    def __init__(self, relay: SessionRelay, after_seq: int):
-        self._relay = relay
-        self.headers = relay.headers
-        # A reconnect after an interruption gets the interrupted event, not the abandoned text.
-        self._pos = len(relay._entries) if relay.state == INTERRUPTED else after_seq
-        self._event_sent = False
-        self._done = False
-        self._attached = relay.state not in TERMINAL
-        if self._attached:
-            relay._attach()
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> bytes:
-        relay = self._relay
-        while not self._done:
-            if self._pos < len(relay._entries):
-                self._pos += 1
-                return relay._entries[self._pos - 1]
-            if relay.state == INTERRUPTED and not self._event_sent:
-                self._event_sent = True
-                return relay.interrupted_event()
-            if relay.state in TERMINAL:
-                self._done = True
-                self.close()
-                return DONE
-            await relay._changed.wait()
-        raise StopAsyncIteration
-
-    def close(self) -> None:
-        if self._attached:
-            self._attached = False
-            self._relay._detach()
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.close()
-
-
-class Replay:
-    """SSE bytes of a session no longer generating here, read from the store."""
-
-    def __init__(self, items: list[bytes], headers: dict[str, str]):
-        self._items = iter(items)
-        self.headers = headers
-
-    def __aiter__(self) -> Replay:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return next(self._items)
-        except StopIteration:
-            raise StopAsyncIteration from None
-
-    def close(self) -> None:
-        self._items = iter(())
-
-    async def __aenter__(self) -> Replay:
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.close()
 
 
 class SessionRelay:
