@@ -42,6 +42,12 @@ def json_type_problem(field: serializers.Field, value) -> str | None:
         return "must be an integer"
     if isinstance(field, serializers.FloatField) and (isinstance(value, bool) or not isinstance(value, int | float)):
         return "must be a number"
+    if isinstance(field, serializers.ListField):
+        if not isinstance(value, list):
+            return "must be a list"
+        for index, item in enumerate(value):
+            if problem := json_type_problem(field.child, item):
+                return f"item {index} {problem}"
     return None
 
 

@@ -93,3 +93,15 @@ def test_granted_tags_must_be_tag_names(api_for, users):
     response = _explain(api_for("agent"), make_version(), message="hi", granted_tags=["bad tag"])
     assert response.status_code == 400
     assert "granted_tags" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("granted_tags", "problem"),
+    [([0], "item 0 must be a string"), (["legal", 7], "item 1 must be a string"), ("legal", "must be a list")],
+)
+def test_granted_tags_must_be_a_list_of_strings_in_json(api_for, users, granted_tags, problem):
+    """A JSON body keeps its documented types: 0 is no tag name, as the API description says (it was once read as
+    the tag "0")."""
+    response = _explain(api_for("agent"), make_version(), message="hi", granted_tags=granted_tags)
+    assert response.status_code == 400
+    assert response.json()["detail"] == {"granted_tags": [problem]}
