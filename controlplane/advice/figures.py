@@ -112,7 +112,7 @@ def _ratio(depth, limit: int) -> float | None:
 
 
 def _batch_size(bucket: str) -> int | None:
-    return int(bucket) if bucket.isdigit() and 0 < int(bucket) < 100000 else None
+    return int(bucket) if bucket.isascii() and bucket.isdigit() and 0 < int(bucket[:6]) < 100000 else None
 
 
 def _add_counts(total: dict, counts) -> None:

@@ -15,7 +15,7 @@ from controlplane.datasets.services.releases import intent_model_publish, intent
 from controlplane.datasets.services.training import intent_model_create
 from controlplane.datasets.services.warmup import pool_warmup_assign, warmup_dataset_create, warmup_version_create
 from controlplane.datasets.uploads import MAX_BYTES
-from controlplane.lib.body_limit import BodyTooLarge
+from controlplane.lib.body_limit import BodyTooLarge, declared_length
 from controlplane.lib.errors import InvalidField, NotFound
 from controlplane.lib.openapi import conflict, not_found
 from controlplane.lib.parsers import PayloadTooLarge
@@ -47,11 +47,10 @@ def upload_validated(serializer_class, request) -> tuple[dict, bytes | str]:
     except (BodyTooLarge, RequestDataTooBig, PayloadTooLarge) as exc:
         if isinstance(exc, BodyTooLarge) and exc.field != "body":
             raise  # a multipart file over its own limit: the handler's error names the file
-        declared = request.META.get("CONTENT_LENGTH") or ""
         raise PayloadTooLarge(
             "send a larger dataset as a multipart `file`",
             field="content",
-            size=int(declared) if declared.isdigit() else None,
+            size=declared_length(request.META.get("CONTENT_LENGTH")),
         ) from None
     data = validated(serializer_class, payload)
     if "file" not in data:

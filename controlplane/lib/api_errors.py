@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from controlplane.lib.body_limit import too_large_message
+from controlplane.lib.body_limit import declared_length, too_large_message
 from controlplane.lib.errors import DomainError
 
 log = logging.getLogger(__name__)
@@ -38,9 +38,9 @@ def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
         # Django's own refusal of a JSON or form body over DATA_UPLOAD_MAX_MEMORY_SIZE, before reading it.
         request = context.get("request")
-        declared = (request.META.get("CONTENT_LENGTH") if request is not None else "") or ""
+        declared = declared_length(request.META.get("CONTENT_LENGTH")) if request is not None else None
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        message = too_large_message("body", int(declared) if declared.isdigit() else None, limit)
+        message = too_large_message("body", declared, limit)
         return Response({"error": message, "code": "too_large", "detail": {"limit_bytes": limit}}, status=413)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

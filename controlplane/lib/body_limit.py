@@ -69,6 +69,22 @@ def limit_for(content_type: str, path: str = "") -> tuple[int, str]:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "body"
 
 
+# More digits than any body could have: int() refuses over 4,300 digits, so a longer header is read as this.
+MAX_DECLARED_DIGITS = 30
+
+
+def declared_length(value: str | bytes | None) -> int | None:
+    """A Content-Length header as a number of bytes, or None when it is not one. ASCII digits only: str.isdigit() also
+    says yes to "²" and "٣", which int() refuses; a number longer than MAX_DECLARED_DIGITS reads as 10**30 (over
+    every limit) instead of reaching int()'s own limit on digits."""
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    return int(text) if len(text) <= MAX_DECLARED_DIGITS else 10**MAX_DECLARED_DIGITS
+
+
 def too_large_message(field: str, size: int | None, limit: int) -> str:
     mib = f" ({limit / (1 << 20):g} MiB)"
     size_text = f"{size} bytes" if size is not None else "the body"
@@ -86,9 +102,9 @@ class BodySizeLimitMiddleware:
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
         limit, field = limit_for(headers.get(b"content-type", b"").decode("latin-1"), scope.get("path", ""))
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return await _refuse(send, scope, too_large_message(field, int(declared), limit), limit)
+        declared = declared_length(headers.get(b"content-length"))
+        if declared is not None and declared > limit:
+            return await _refuse(send, scope, too_large_message(field, declared, limit), limit)
         received, over = 0, False
 
         async def counted_receive():

@@ -4,7 +4,7 @@ from django.conf import settings
 from rest_framework import parsers, status
 from rest_framework.exceptions import APIException, ParseError
 
-from controlplane.lib.body_limit import too_large_message
+from controlplane.lib.body_limit import declared_length, too_large_message
 
 
 class PayloadTooLarge(APIException):
@@ -21,9 +21,9 @@ class JSONParser(parsers.JSONParser):
         # Refused from Content-Length before a byte is read; Django's own refusal of what it reads past the limit
         # (RequestDataTooBig) becomes the same 413 in controlplane.lib.api_errors.
         request = (parser_context or {}).get("request")
-        length = request.META.get("CONTENT_LENGTH") if request is not None else None
-        if length and length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            raise PayloadTooLarge(size=int(length))
+        length = declared_length(request.META.get("CONTENT_LENGTH")) if request is not None else None
+        if length is not None and length > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            raise PayloadTooLarge(size=length)
         try:
             return super().parse(stream, media_type, parser_context)
         except RecursionError:

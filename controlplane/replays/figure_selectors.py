@@ -1,5 +1,7 @@
 """Reads behind run figures and comparisons: a run's request records, and the requests behind one figure."""
 
+import re
+
 from django.db.models import F, Q, QuerySet
 
 from controlplane.lib.errors import InvalidField, NotFound
@@ -125,7 +127,8 @@ def figure_requests(*, run: ReplayRun, figure: str) -> tuple[QuerySet, dict]:
             "value": block["sustained_qps"],
             "at_or_above": None,
         }
-    if len(parts) == 2 and parts[0] == "continuation_rounds" and parts[1].isdigit():
+    # ASCII digits only, and few: str.isdigit() also says yes to "²" and to 5,000 nines, which int() refuses.
+    if len(parts) == 2 and parts[0] == "continuation_rounds" and re.fullmatch(r"[0-9]{1,3}", parts[1]):
         rounds = int(parts[1])
         subset = requests.filter(ok=True)
         subset = (
