@@ -64,9 +64,9 @@ STARTED_AT := $(shell date +%s)
 # at the end and every test's time is in test-artifacts/junit.xml: the suite must stay under 20 minutes
 # (docs/testing.md).
 test:
-	@# The two environments and the system packages install side by side (separate venvs, apt apart), then lint.
-	$(MAKE) --no-print-directory -j3 install-dev system-packages vllm-env
-	$(MAKE) --no-print-directory lint
+	@# The two environments and the system packages install side by side (separate venvs, apt apart); lint runs as
+	@# soon as the control plane's environment is in, while the vLLM one is still installing.
+	$(MAKE) --no-print-directory -j4 lint system-packages vllm-env
 	@mkdir -p test-artifacts
 	$(TEST_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=25 --junitxml=test-artifacts/junit.xml tests; \
 	status=$$?; echo "make test: $$(( $$(date +%s) - $(STARTED_AT) )) s in all (install, lint and the suite), pytest exit $$status"; \

@@ -443,6 +443,11 @@ ALERT_INTENT_DRIFT_MIN_REQUESTS = env_int("ALERT_INTENT_DRIFT_MIN_REQUESTS", 200
 if min(ALERT_INTENT_DRIFT_WINDOW_S, ALERT_INTENT_DRIFT_BASELINE_S, ALERT_INTENT_DRIFT_MIN_REQUESTS) < 1:
     raise EnvError("ALERT_INTENT_DRIFT_WINDOW_S, _BASELINE_S and _MIN_REQUESTS must be at least 1")
 
+# Seconds of requests each node sample's figures cover: the agents' ENGINE_NODE_SAMPLE_WINDOW_S, which must say the
+# same (a sample with another window is refused, naming both). Shorter reacts faster and is noisier.
+METRICS_SAMPLE_WINDOW_S = env_int("METRICS_SAMPLE_WINDOW_S", 10)
+if not 1 <= METRICS_SAMPLE_WINDOW_S <= 300:
+    raise EnvError("METRICS_SAMPLE_WINDOW_S must be 1 to 300 seconds (the agents' ENGINE_NODE_SAMPLE_WINDOW_S)")
 # Metric history: 1 s rows are kept this long (charts up to an hour), 60 s rows this long (up to a week).
 METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)

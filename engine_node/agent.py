@@ -39,7 +39,7 @@ from engine_node.sessions import MemorySessionStore, RedisSessionStore, StreamSe
 from engine_node.settings import AgentSettings, gateway_url
 from engine_node.speculation import SpeculationGuard
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
-from engine_node.telemetry import WINDOW_S, BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
+from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
 from engine_node.tokenizer_files import TokenizerMismatch, check_draft_tokenizer
 from engine_node.warmup import WarmupRunner
 
@@ -81,7 +81,7 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
         self.file_keys = load_key_file(settings.client_keys_file) if settings.client_keys_file else []
         self.engine = EngineProcess(settings, on_state=self._engine_state)
         self.admission = Admission(settings.queue_timeout_s)
-        self.requests = RequestLog(window_s=WINDOW_S)
+        self.requests = RequestLog(window_s=settings.sample_window_s)
         self.gateway = Gateway(
             requests=self.requests,
             engine_url=lambda: self.engine.base_url,
@@ -101,20 +101,21 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
         # Engine restarts since the agent started: planned ones (config, operator, recovery) here, crash restarts
         # in the engine's own count.
         self.restarts = 0
-        batches = BatchLog(window_s=WINDOW_S)
+        batches = BatchLog(window_s=settings.sample_window_s)
         self.admission.on_batch = batches.observe
         self.admission.on_batch_timeouts = batches.observe_timeouts
         self.telemetry = Telemetry(
             requests=self.requests,
             batches=batches,
             admission=self.admission,
-            scraper=EngineScraper(lambda: self.engine.base_url, window_s=WINDOW_S),
+            scraper=EngineScraper(lambda: self.engine.base_url, window_s=settings.sample_window_s),
             gpu=GpuUtilisation() if self.gpus else None,
             sm=SmActivity(settings.dcgm_exporter_url, has_gpu=bool(self.gpus)),
             # The simulator exports its fragmentation on /metrics; on vLLM it is the worker extension's reading.
             fragmentation=(lambda: self.memory_cleanup.fragmentation_figure()) if settings.backend == "vllm" else None,
             degraded=lambda: self.gateway.policy.degraded,
             engine_restarts=lambda: self.restarts + self.engine.crash_restarts,
+            window_s=settings.sample_window_s,
         )
         self._logged_errors: set[str] = set()
         self._runner: web.AppRunner | None = None

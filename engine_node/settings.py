@@ -11,6 +11,9 @@ from urllib.parse import urlsplit
 from engine_node.client_keys import KeyEntryInvalid, load_key_file
 from engine_node.engine_flags import FlagRefused, check_value
 
+# A sample's window longer than this would mix a config change into minutes of samples after it.
+MAX_SAMPLE_WINDOW_S = 300.0
+
 
 @dataclass(frozen=True)
 class AgentSettings:
@@ -34,6 +37,7 @@ class AgentSettings:
     queue_timeout_s: float = 30.0
     start_timeout_s: float = 300.0
     probe_interval_s: float = 10.0
+    sample_window_s: float = 10.0
     probe_timeout_s: float = 15.0
     session_redis_url: str = ""
     session_grace_s: float = 5.0
@@ -225,6 +229,13 @@ def parser() -> argparse.ArgumentParser:
         help="seconds between liveness probes, each a real 1-token request [ENGINE_NODE_PROBE_INTERVAL_S]",
     )
     p.add_argument(
+        "--sample-window",
+        type=float,
+        default=float(_env("ENGINE_NODE_SAMPLE_WINDOW_S", "10")),
+        help="seconds of requests each 1 Hz sample's latency and rate figures cover; the control plane's "
+        "METRICS_SAMPLE_WINDOW_S must say the same [ENGINE_NODE_SAMPLE_WINDOW_S]",
+    )
+    p.add_argument(
         "--session-redis-url",
         default=_env("ENGINE_NODE_SESSION_REDIS_URL"),
         help="Redis for stream sessions (seed and generated chunks, for resume); empty keeps them in memory "
@@ -339,6 +350,11 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         problem = control_plane_url_problem(url, insecure=args.insecure_control_plane)
         if problem:
             parser().error(f"--control-plane-url: {problem}")
+    if not 1 <= args.sample_window <= MAX_SAMPLE_WINDOW_S:
+        parser().error(
+            f"--sample-window (or ENGINE_NODE_SAMPLE_WINDOW_S): expected 1 to {MAX_SAMPLE_WINDOW_S:g} seconds, "
+            f"got {args.sample_window:g}"
+        )
     if args.control_plane_url and not split_urls(args.control_plane_url):
         parser().error(f"--control-plane-url: {args.control_plane_url!r} names no URL")
     try:
@@ -379,6 +395,7 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
         queue_timeout_s=args.queue_timeout,
         start_timeout_s=args.start_timeout,
         probe_interval_s=args.probe_interval,
+        sample_window_s=args.sample_window,
         session_redis_url=args.session_redis_url,
         session_grace_s=args.session_grace,
         session_ttl_s=args.session_ttl,

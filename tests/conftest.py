@@ -61,6 +61,22 @@ def audit_table_flushable():
         DatabaseOperations.execute_sql_flush = flush
 
 
+# The test time scale of the nodes' sample window (10 s in production): a fleet test whose figures must turn over
+# after a change (a canary stage, an impact record's after-window, an alert on P99) waits this long instead.
+SHORT_SAMPLE_WINDOW_S = 2
+
+
+@pytest.fixture
+def short_sample_window(settings, monkeypatch) -> int:
+    """Samples cover SHORT_SAMPLE_WINDOW_S on both sides: the agents and daphne processes started after this fixture
+    (ENGINE_NODE_SAMPLE_WINDOW_S, METRICS_SAMPLE_WINDOW_S in their environment) and this process's own readers
+    (rollout analysis, impact conclusions, alert evaluation). Request it before the fixture that starts the fleet."""
+    monkeypatch.setenv("ENGINE_NODE_SAMPLE_WINDOW_S", str(SHORT_SAMPLE_WINDOW_S))
+    monkeypatch.setenv("METRICS_SAMPLE_WINDOW_S", str(SHORT_SAMPLE_WINDOW_S))
+    settings.METRICS_SAMPLE_WINDOW_S = SHORT_SAMPLE_WINDOW_S
+    return SHORT_SAMPLE_WINDOW_S
+
+
 @pytest.fixture
 def seed_yaml() -> str:
     return SEED_YAML_PATH.read_text(encoding="utf-8")

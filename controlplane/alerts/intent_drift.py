@@ -16,7 +16,7 @@ for. Each pass computes, for every pool, from its aggregate rows (controlplane/m
 Ranges of up to an hour read 1 s rows, longer ones the 60 s rows (metrics selectors' `history_resolution`); the
 window is summed in the database (one row per pool), the baseline's rows are read for their median. A row's
 `intent_classified` covers the agents' sample window (10 s), so rows count a request about window/resolution times:
-the requests of a range are the sum of its rows' counts times resolution / SAMPLE_WINDOW_S.
+the requests of a range are the sum of its rows' counts times resolution / sample_window_s().
 """
 
 import math
@@ -27,7 +27,7 @@ from django.conf import settings
 
 from controlplane.alerts import signals
 from controlplane.metrics import selectors as metrics
-from controlplane.metrics.samples import SAMPLE_WINDOW_S
+from controlplane.metrics.samples import sample_window_s
 
 SIGNAL_NAMES = frozenset({signals.INTENT_DRIFT_SHARE.name, signals.INTENT_DRIFT_RISE.name})
 BASELINE_COVERAGE_MIN = 0.5
@@ -37,7 +37,7 @@ Rows = list[tuple[float, float, float]]  # (unix t, classified, share below the 
 
 def requests_in(rows: Rows, resolution_s: int) -> float:
     """How many classified requests the rows stand for (see the module docstring)."""
-    return math.fsum(classified for _, classified, _ in rows) * resolution_s / SAMPLE_WINDOW_S
+    return math.fsum(classified for _, classified, _ in rows) * resolution_s / sample_window_s()
 
 
 def judge(
@@ -53,7 +53,7 @@ def judge(
     min_requests = settings.ALERT_INTENT_DRIFT_MIN_REQUESTS
     result: dict[str, float | None] = {name: None for name in SIGNAL_NAMES}
     classified, below = window
-    if classified * window_resolution_s / SAMPLE_WINDOW_S < min_requests:
+    if classified * window_resolution_s / sample_window_s() < min_requests:
         return result
     share = below / classified
     result[signals.INTENT_DRIFT_SHARE.name] = share

@@ -3,16 +3,17 @@ figure beyond noise, and one overall outcome led by P99 and throughput.
 
 Noise: a two-sided Mann-Whitney U test over the 1 s pool samples of both windows (normal approximation with the tie
 correction; pure Python, no numpy in the control plane). Each 1 s sample summarises the agent's last
-`SAMPLE_WINDOW_S` seconds of requests, so neighbouring samples share most of their requests; the z statistic is
-divided by sqrt(SAMPLE_WINDOW_S), which is the z the test would give on one independent sample per window. A figure
-moved when that corrected p is below `ALPHA` *and* the medians differ by more than the figure's smallest effect
-(5 % for latencies and throughput, one or two points for shares), so a tiny but steady shift is "no change".
+`sample_window_s()` seconds of requests (METRICS_SAMPLE_WINDOW_S), so neighbouring samples share most of their
+requests; the z statistic is divided by the square root of that window, which is the z the test would give on one
+independent sample per window. A figure moved when that corrected p is below `ALPHA` *and* the medians differ by more
+than the figure's smallest effect (5 % for latencies and throughput, one or two points for shares), so a tiny but
+steady shift is "no change".
 """
 
 import math
 from dataclasses import dataclass
 
-from controlplane.metrics.samples import SAMPLE_WINDOW_S
+from controlplane.metrics.samples import sample_window_s
 
 ALPHA = 0.05
 
@@ -60,8 +61,10 @@ def summary(values: list[float]) -> dict:
     }
 
 
-def mann_whitney_p(before: list[float], after: list[float], *, dependence: float = SAMPLE_WINDOW_S) -> float:
-    """Two-sided p of "both windows come from the same distribution", z divided by sqrt(dependence)."""
+def mann_whitney_p(before: list[float], after: list[float], *, dependence: float | None = None) -> float:
+    """Two-sided p of "both windows come from the same distribution", z divided by sqrt(dependence) (by default the
+    samples' window: neighbouring 1 s samples share that many seconds of requests)."""
+    dependence = sample_window_s() if dependence is None else dependence
     n1, n2 = len(before), len(after)
     if n1 == 0 or n2 == 0:
         return 1.0

@@ -18,6 +18,8 @@ figures leaves all three out: its sample counts as having classified nothing.
 import math
 import re
 
+from django.conf import settings
+
 from controlplane.lib.errors import has_visible_text
 
 # Figures that may be null when unknown (no GPU, no requests in the window, no speculative decoding, ...).
@@ -61,10 +63,14 @@ MAX_WINDOW_COUNT = 10**9
 ABSENT = "absent"
 MAX_REASON_CHARS = 300
 
-# Each 1 s sample's request figures (latency percentiles, error rate, acceptance) cover the requests that finished in
-# the agent's last `window_s` seconds (engine_node.telemetry.WINDOW_S): for this long after a node changes version its
-# samples still mix in requests of the version before.
-SAMPLE_WINDOW_S = 10
+
+
+def sample_window_s() -> int:
+    """Seconds of requests each 1 s sample's request figures (latency percentiles, error rate, acceptance) cover: the
+    agents' sample window (ENGINE_NODE_SAMPLE_WINDOW_S, 10 s by default), which this control plane is told as
+    METRICS_SAMPLE_WINDOW_S and checks on every sample. For this long after a node changes version its samples still
+    mix in requests of the version before."""
+    return settings.METRICS_SAMPLE_WINDOW_S
 
 # An agent whose clock is further off than this sends rows the history and the staleness check cannot place.
 MAX_CLOCK_SKEW_S = 300.0
@@ -136,6 +142,11 @@ def sample_parse(message, *, now: float) -> tuple[float, dict]:
     window_s = _number("window_s", message["window_s"], nullable=False)
     if window_s <= 0:
         raise SampleRejected("window_s: must be positive")
+    if window_s != sample_window_s():
+        raise SampleRejected(
+            f"window_s: {window_s:g} s, but this control plane reads {sample_window_s()} s sample windows "
+            "(its METRICS_SAMPLE_WINDOW_S and the agent's ENGINE_NODE_SAMPLE_WINDOW_S must say the same)"
+        )
     m = message["m"]
     if not isinstance(m, dict):
         raise SampleRejected(f"m: expected an object, got {type(m).__name__}")

@@ -69,6 +69,7 @@ class Telemetry:
         degraded: Callable[[], bool],
         engine_restarts: Callable[[], int],
         wall=time.time,
+        window_s: float = WINDOW_S,
     ):
         self.requests = requests
         self.batches = batches
@@ -82,6 +83,7 @@ class Telemetry:
         self._degraded = degraded
         self._engine_restarts = engine_restarts
         self._wall = wall
+        self.window_s = window_s
         self.last: dict | None = None
 
     async def collect(self) -> dict:
@@ -128,7 +130,8 @@ class Telemetry:
             "engine_restarts": int(self._engine_restarts()),
         }
         m["absent"] = {key: reasons[key] or "no reading" for key in SOURCED_FIGURES if m[key] is None}
-        return {"type": "sample", "t": self._wall(), "window_s": WINDOW_S, "m": {key: m[key] for key in SAMPLE_KEYS}}
+        figures = {key: m[key] for key in SAMPLE_KEYS}
+        return {"type": "sample", "t": self._wall(), "window_s": self.window_s, "m": figures}
 
     async def close(self) -> None:
         await self.scraper.close()

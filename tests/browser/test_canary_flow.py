@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from controlplane.accounts.models import User
 from controlplane.audit.models import AuditEntry
-from controlplane.metrics.samples import SAMPLE_WINDOW_S
+from controlplane.metrics.samples import sample_window_s
 from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
 from controlplane.nodes.services import agent_sessions, rollouts
 from controlplane.nodes.services.engine_nodes import node_create
@@ -94,7 +94,7 @@ def test_canary_progress_is_live_and_sre_pauses_resumes_and_aborts(seeded, serve
         """() => /^\\d+ s$/.test(document.querySelector('[data-testid="canary-window"]').textContent)"""
     )
     # The 60 s window, after the node's 10 s of samples turn over to the new version.
-    assert int(page.inner_text('[data-testid="canary-window"]').removesuffix(" s")) <= 60 + SAMPLE_WINDOW_S
+    assert int(page.inner_text('[data-testid="canary-window"]').removesuffix(" s")) <= 60 + sample_window_s()
     shot(page, "61-canary-acked-window-running")
 
     # Pause, resume, abort: each needs a reason and is audited as the SRE.

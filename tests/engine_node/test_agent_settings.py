@@ -99,3 +99,13 @@ def test_several_control_plane_urls_are_each_checked(capsys):
     with pytest.raises(SystemExit):
         from_args(["--backend", "simulator", "--control-plane-url", " , "])
     assert "--control-plane-url: ' , ' names no URL" in capsys.readouterr().err
+
+
+def test_the_sample_window_is_read_and_bounded(capsys):
+    """Each sample's figures cover the last --sample-window seconds (the control plane checks the same figure)."""
+    assert from_args(["--backend", "simulator"]).sample_window_s == 10
+    assert from_args(["--backend", "simulator", "--sample-window", "2"]).sample_window_s == 2
+    for bad in ("0", "301", "nan"):
+        with pytest.raises(SystemExit):
+            from_args(["--backend", "simulator", "--sample-window", bad])
+        assert "--sample-window (or ENGINE_NODE_SAMPLE_WINDOW_S): expected 1 to 300 seconds" in capsys.readouterr().err

@@ -78,8 +78,9 @@ def Analyser() -> Periodic:
 
 
 @pytest.fixture
-def fleet(request, tmp_path, sre):
-    """daphne + pool `staging` (stages: 1 node, then 100 %; 5 s windows) on three agents, all on chat v1.
+def fleet(request, tmp_path, sre, short_sample_window):
+    """daphne + pool `staging` (stages: 1 node, then 100 %; 5 s analysis windows over 2 s sample windows) on three
+    agents, all on chat v1.
 
     Parametrized with 2 (`indirect`): two daphne processes, gpu-1 and gpu-3 connected to the first, gpu-2 to the
     second, so the canary and part of its baseline report to different processes."""

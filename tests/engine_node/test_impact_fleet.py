@@ -1,9 +1,9 @@
 """Impact records on three agents running the simulator, against the real control plane (daphne, Redis, Postgres).
 
 Open-loop traffic (engine_node.loadgen, Poisson arrivals at a fixed rate, as users arrive whatever the latency) runs
-through three publishes, each to every node at once, with 40 s windows before and after each (the after-window from
-15 s after the change, once the engines have restarted and the agents' 10 s sample windows hold only the new
-version's requests):
+through three publishes, each to every node at once, with 20 s windows before and after each (the after-window from
+8 s after the change, once the engines have restarted and the agents' sample windows, 2 s here as the test time
+scale, hold only the new version's requests):
 
 1. `engine.quantization: fp8` on a simulated checkpoint whose fp8 steps cost 10× (the simulator's own latency model,
    not an injected fault): the record says P99 worsened. Slow enough to be unmistakable, not so slow that the
@@ -47,9 +47,9 @@ reply_length:
   min: 12
   max: 16
 """
-WINDOW_S = 40  # four 10 s samples a side: fewer cannot reach significance, however large the change
-SETTLE_S = 15
-QPS = 6.0
+WINDOW_S = 20  # ten independent 2 s sample windows a side (the default 10 s windows need 40 s for four)
+SETTLE_S = 8
+QPS = 8.0
 
 
 def document(strict: float = 0.3, **sections) -> dict:
@@ -85,11 +85,11 @@ class LoadGen:
 
 
 @pytest.fixture
-def fleet(tmp_path, sre, settings):
+def fleet(tmp_path, sre, settings, short_sample_window):
     """daphne + pool `staging` (publishes go to every node at once) on three agents, all on chat v1."""
     settings.IMPACT_WINDOW_BEFORE_S = settings.IMPACT_WINDOW_AFTER_S = WINDOW_S
     settings.IMPACT_SETTLE_S = SETTLE_S
-    settings.IMPACT_MIN_SAMPLES = 25
+    settings.IMPACT_MIN_SAMPLES = 12
     profile = tmp_path / "slower-fp8.yaml"
     profile.write_text(SLOWER_FP8_PROFILE)
     server = Daphne(tmp_path)

@@ -334,3 +334,21 @@ def test_the_agent_shrugs_off_error_replies_and_logs_each_once(tmp_path, caplog)
         "control plane replied with an error: something else",
     ]
     assert agent.health()["sample"] is None  # nothing built before the agent runs
+
+
+def test_the_configured_sample_window_sizes_every_log_and_is_sent_with_each_sample(tmp_path):
+    from engine_node.agent import Agent
+    from engine_node.settings import AgentSettings
+
+    settings = AgentSettings(
+        control_plane_url="", token="", node_name="n1", backend="simulator", model="m", served_model_name="chat",
+        state_dir=tmp_path, sample_window_s=3.0,
+    )  # fmt: skip
+
+    async def scenario():
+        return Agent(settings)
+
+    agent = asyncio.run(scenario())
+    telemetry = agent.telemetry
+    assert agent.requests.window_s == telemetry.batches.window_s == telemetry.scraper.window_s == 3.0
+    assert telemetry.build_sample()["window_s"] == 3.0

@@ -94,3 +94,16 @@ def test_a_broken_sample_is_refused_with_a_reason(message, reason):
     with pytest.raises(SampleRejected) as refused:
         sample_parse(message, now=NOW)
     assert refused.value.reason.startswith(reason)
+
+
+def test_a_sample_over_another_window_than_the_control_planes_is_refused_naming_both(settings):
+    """An agent whose ENGINE_NODE_SAMPLE_WINDOW_S differs from METRICS_SAMPLE_WINDOW_S would have its percentiles read
+    over the wrong span (rollout readiness, impact noise, intent-drift counts): refused, never misread."""
+    with pytest.raises(SampleRejected) as refused:
+        sample_parse({**sample(t=NOW), "window_s": 2}, now=NOW)
+    assert refused.value.reason == (
+        "window_s: 2 s, but this control plane reads 10 s sample windows (its METRICS_SAMPLE_WINDOW_S and the "
+        "agent's ENGINE_NODE_SAMPLE_WINDOW_S must say the same)"
+    )
+    settings.METRICS_SAMPLE_WINDOW_S = 2
+    assert sample_parse({**sample(t=NOW), "window_s": 2}, now=NOW)[0] == NOW

@@ -8,7 +8,7 @@ from django.utils import timezone
 from controlplane.audit.models import AuditEntry
 from controlplane.lib.errors import Conflict, InvalidField
 from controlplane.metrics.models import MetricSample
-from controlplane.metrics.samples import SAMPLE_WINDOW_S
+from controlplane.metrics.samples import sample_window_s
 from controlplane.nodes.models import EngineNode, Pool, Rollout
 from controlplane.nodes.selectors import node_desired_version
 from controlplane.nodes.services import agent_sessions, canary_settings, rollouts
@@ -19,8 +19,9 @@ from tests.factories import pools, template_with_versions
 pytestmark = pytest.mark.django_db
 
 WINDOW_S = 10
+SAMPLE_WINDOW = 10  # the default METRICS_SAMPLE_WINDOW_S, which these tests run with
 # The analysis runs once the canary's samples have turned over to the new version and a window has passed.
-READY_S = SAMPLE_WINDOW_S + WINDOW_S
+READY_S = SAMPLE_WINDOW + WINDOW_S
 
 
 @pytest.fixture
@@ -132,19 +133,26 @@ def test_slow_canary_fails_and_is_rolled_back_by_the_system_with_the_evidence(ca
     assert release.actor is None and release.actor_name == "system"
 
 
+def test_the_stage_waits_for_the_configured_sample_window_to_turn_over(canary, settings):
+    settings.METRICS_SAMPLE_WINDOW_S = 3
+    rollout, t0 = acked_window(canary)
+    assert sample_window_s() == 3
+    assert rollouts.window_left_s(rollout, t0) == pytest.approx(3 + WINDOW_S)
+
+
 def test_the_canary_is_judged_on_samples_of_the_new_version_alone(canary):
     """A canary's first samples after its ACK still carry the old version's fast requests in their 10 s window: a
     window mean taken over them reads a slow version as fast. The analysis waits for the samples to turn over."""
     rollout, t0 = acked_window(canary)
     start = t0 - timedelta(seconds=1)
     # Mixed samples while the node's sample window still holds old-version requests, then the new version's own.
-    samples("gpu-1", start=start, seconds=SAMPLE_WINDOW_S + 1, p99=0.15)
-    samples("gpu-1", start=t0 + timedelta(seconds=SAMPLE_WINDOW_S), seconds=WINDOW_S + 2, p99=3.8)
+    samples("gpu-1", start=start, seconds=SAMPLE_WINDOW + 1, p99=0.15)
+    samples("gpu-1", start=t0 + timedelta(seconds=SAMPLE_WINDOW), seconds=WINDOW_S + 2, p99=3.8)
     for name in ("gpu-2", "gpu-3", "gpu-4"):
         samples(name, start=start, seconds=READY_S + 2, p99=0.15)
     # Where a window right after the ACK would have averaged the mixed samples and passed, nothing is decided yet.
     assert step(rollout, t0 + timedelta(seconds=WINDOW_S)).evidence == []
-    assert rollouts.window_left_s(rollout, t0 + timedelta(seconds=WINDOW_S)) == pytest.approx(SAMPLE_WINDOW_S)
+    assert rollouts.window_left_s(rollout, t0 + timedelta(seconds=WINDOW_S)) == pytest.approx(SAMPLE_WINDOW)
     rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     assert rollout.state == Rollout.State.ROLLED_BACK
     assert rollout.evidence[-1]["canary"]["latency_p99_s"] == pytest.approx(3.8)
@@ -173,12 +181,12 @@ def test_errors_and_acceptance_drop_fail(canary):
 
 def test_missing_canary_metrics_hold_then_fail_after_two_windows(canary):
     rollout, t0 = acked_window(canary)
-    samples("gpu-2", start=t0, seconds=SAMPLE_WINDOW_S + 3 * WINDOW_S, p99=0.5)
+    samples("gpu-2", start=t0, seconds=SAMPLE_WINDOW + 3 * WINDOW_S, p99=0.5)
     rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     assert rollout.state == Rollout.State.RUNNING and rollout.evidence[-1]["verdict"] == "hold"
     rollout = step(rollout, t0 + timedelta(seconds=READY_S + 2))
     assert len(rollout.evidence) == 1  # one hold kept per stage, not one per pass
-    rollout = step(rollout, t0 + timedelta(seconds=SAMPLE_WINDOW_S + 2 * WINDOW_S))
+    rollout = step(rollout, t0 + timedelta(seconds=SAMPLE_WINDOW + 2 * WINDOW_S))
     assert rollout.state == Rollout.State.ROLLED_BACK
     assert "no canary metrics" in rollout.evidence[-1]["reasons"][-1]
 

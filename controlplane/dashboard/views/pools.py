@@ -13,7 +13,7 @@ from controlplane.dashboard.charts import pool_charts
 from controlplane.dashboard.live import live_numbers
 from controlplane.lib import realtime
 from controlplane.lib.errors import DomainError, InvalidField
-from controlplane.metrics.samples import SAMPLE_WINDOW_S
+from controlplane.metrics.samples import sample_window_s
 from controlplane.nodes import selectors, whitelist_pins
 from controlplane.nodes.gate import version_gate, version_gates
 from controlplane.nodes.models import ClientKey, NodeCommand, Pool
@@ -81,7 +81,7 @@ def _render_pool(request, name, publish_form=None, status=200, issued_key=None):
             "rollout": selectors.pool_rollout(pool=pool, now=now),
             "canary": _canary(pool),
             "canary_stages_text": stages_text(pool.canary_stages),
-            "sample_window_s": SAMPLE_WINDOW_S,
+            "sample_window_s": sample_window_s(),
             "publish_form": publish_form or forms.PublishForm(),
             "charts": pool_charts(pool),
             "suggestions": pool_suggestions(pool=pool)["suggestions"],

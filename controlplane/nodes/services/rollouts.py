@@ -1,7 +1,7 @@
 """Canary rollouts: a publish reaches the pool stage by stage, each stage watched for an analysis window.
 
 A stage's window starts once all its nodes ACKed the new version and their samples describe it alone: each 1 s
-sample's latency figures cover the node's last `SAMPLE_WINDOW_S` seconds of requests, so the samples of those first
+sample's latency figures cover the node's last `sample_window_s()` seconds of requests, so the samples of those first
 seconds still mix in requests served by the version before (a slow version's first samples would read as half
 fast). After that settling time and the pool's analysis window, the canary nodes' P99, error rate and spec-decode
 acceptance (means over the window) are compared with the rest of the pool (the baseline) and with the p99-latency
@@ -21,7 +21,7 @@ from django.utils import timezone
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, required_text
-from controlplane.metrics.samples import SAMPLE_WINDOW_S
+from controlplane.metrics.samples import sample_window_s
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
 from controlplane.nodes.services.canary_analysis import rollout_analysis
@@ -220,7 +220,7 @@ def _step(rollout: Rollout, now: datetime) -> bool:
     window = rollout.pool.analysis_window_s
     # Seconds of samples that describe the new version alone: the stage's nodes ACKed, then their sample windows
     # turned over.
-    held = (now - rollout.stage_acked_at).total_seconds() - SAMPLE_WINDOW_S
+    held = (now - rollout.stage_acked_at).total_seconds() - sample_window_s()
     if held < window:
         return False
     evidence = rollout_analysis(rollout=rollout, now=now)
@@ -353,5 +353,5 @@ def window_left_s(rollout: Rollout, now: datetime) -> float | None:
     analysis window runs)."""
     if rollout.stage_acked_at is None:
         return None
-    end = rollout.stage_acked_at + timedelta(seconds=SAMPLE_WINDOW_S + rollout.pool.analysis_window_s)
+    end = rollout.stage_acked_at + timedelta(seconds=sample_window_s() + rollout.pool.analysis_window_s)
     return max(0.0, (end - now).total_seconds())
