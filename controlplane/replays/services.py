@@ -258,6 +258,7 @@ def replay_run_cancel(*, actor, run: ReplayRun, reason: str) -> ReplayRun:
         action="replay.cancel",
         describe=lambda locked: f"replay {locked.pk}",
         progress=_progress,
+        audit=audit_record,
     )
 
 

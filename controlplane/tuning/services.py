@@ -228,6 +228,7 @@ def study_cancel(*, actor, study: TuningStudy, reason: str) -> TuningStudy:
         action="tuning.cancel",
         describe=str,
         progress=_progress,
+        audit=audit_record,
     )
 
 
