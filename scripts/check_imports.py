@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The import-graph rule (docs/architecture.md, "Layers"): no import cycles, and controlplane/lib imports no app.
+"""The import-graph rules (docs/architecture.md, "Layers"): no import cycles; controlplane/lib imports no app;
+selectors import no services and no tasks; services import no tasks (they start background work by task name).
 
 Every import counts, at module level or inside a function: a function-level import that only hides a cycle is
 still a cycle. Reads each .py under the given packages (migrations excluded) with `ast`, resolves relative imports,
@@ -22,9 +23,10 @@ from pathlib import Path
 DEFAULT_PACKAGES = ("controlplane", "engine_node")
 # The project's foundation: it may import only itself, the standard library and third-party packages.
 LIB_PACKAGE = "controlplane.lib"
-# Modules of the project package itself (not apps) that lib may still not import: the root package, settings...
-# are above lib, so every controlplane module outside lib counts.
+# Every controlplane module outside lib (the apps, and the project's own settings, urls, celery) stands above lib.
 LIB_OWNER = "controlplane"
+# Reads sit below the writes, and the writes below the background tasks that run them: (lower, what it may not import).
+LAYERS = (("selectors", "services"), ("selectors", "tasks"), ("services", "tasks"))
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,16 @@ def find_problems(root: Path, packages: tuple[str, ...] = DEFAULT_PACKAGES) -> l
             problems.append(
                 f"{LIB_PACKAGE} imports an app: {edge.source} -> {edge.target}    ({edge.path}:{edge.line})"
             )
+    for edge in edges:
+        for lower, upper in LAYERS:
+            if _in_layer(edge.source, lower) and _in_layer(edge.target, upper):
+                problems.append(f"{lower} import {upper}: {edge.source} -> {edge.target}    ({edge.path}:{edge.line})")
     return problems
+
+
+def _in_layer(module: str, layer: str) -> bool:
+    """A module of that layer: named so (app/selectors.py) or inside a package named so (app/services/x.py)."""
+    return layer in module.split(".")[1:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"{len(problems)} import rule(s) broken (docs/architecture.md, Layers)", file=sys.stderr)
         return 1
-    print(f"imports: no cycles, {LIB_PACKAGE} imports no app ({', '.join(args.packages)})")
+    print(
+        f"imports: no cycles, {LIB_PACKAGE} imports no app, selectors import no services or tasks, services import "
+        f"no tasks ({', '.join(args.packages)})"
+    )
     return 0
 
 
