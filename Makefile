@@ -45,6 +45,8 @@ system-packages:
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@# The layers: no import cycle (function-level imports count), lib imports no app (docs/architecture.md, Layers).
+	$(BIN)/python scripts/check_imports.py
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	@# The OpenAPI description, warnings as errors: an undocumented view or field fails here (docs/api.md).

@@ -14,12 +14,19 @@ except ImportError:
     loop_factory = None
 
 from engine_node.agent import Agent
+from engine_node.client_keys import KeyEntryInvalid, load_key_file
 from engine_node.engine import EngineStartFailed
-from engine_node.settings import from_args
+from engine_node.settings import from_args, parser
 
 
 def main(argv: list[str] | None = None) -> int:
     settings = from_args(argv)
+    if settings.client_keys_file:
+        # The key file is read before anything starts: a broken one is a usage error, as a bad flag is.
+        try:
+            load_key_file(settings.client_keys_file)
+        except KeyEntryInvalid as exc:
+            parser().error(f"--client-keys-file: {exc}")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {settings.node_name} %(name)s %(message)s")
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:

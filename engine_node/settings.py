@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from engine_node.client_keys import KeyEntryInvalid, load_key_file
 from engine_node.engine_flags import FlagRefused, check_value
 
 # A sample's window longer than this would mix a config change into minutes of samples after it.
@@ -341,11 +340,6 @@ def from_args(argv: list[str] | None = None) -> AgentSettings:
     args = parser().parse_args(argv)
     if args.backend == "vllm" and not args.model:
         parser().error("--model (or ENGINE_NODE_MODEL) is required with --backend vllm")
-    if args.client_keys_file:
-        try:
-            load_key_file(Path(args.client_keys_file))
-        except KeyEntryInvalid as exc:
-            parser().error(f"--client-keys-file: {exc}")
     for url in split_urls(args.control_plane_url):
         problem = control_plane_url_problem(url, insecure=args.insecure_control_plane)
         if problem:

@@ -1,8 +1,10 @@
 """DRF permission: reads need any role, writes need the action the view declares."""
 
+from types import SimpleNamespace
+
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from controlplane.accounts.roles import Action
+from controlplane.accounts.roles import PERMISSIONS, Action, Role
 
 
 class HasRole(BasePermission):
@@ -18,6 +20,14 @@ class HasRole(BasePermission):
         action = required_action(view, request)
         # A write whose view declares no action is refused rather than silently allowed.
         return action is not None and user.can(action)
+
+    def may_refuse(self, view, method: str) -> bool:
+        """Whether some signed-in caller may get 403 from this view for `method` (the OpenAPI description lists it:
+        controlplane/lib/openapi.py): a role without the action, or a session without its CSRF token."""
+        if method not in SAFE_METHODS:
+            return True
+        action = required_action(view, SimpleNamespace(method=method))
+        return action is None or PERMISSIONS[action] != frozenset(Role)
 
 
 def handles(view, method: str) -> bool:

@@ -11,6 +11,7 @@ from controlplane.advice import records
 from controlplane.advice.figures import WINDOW_S, WindowFigures, pool_window_figures
 from controlplane.advice.rules import rule_suggestions
 from controlplane.alerts.defaults import DEFAULT_RULES
+from controlplane.alerts.models import AlertRuleVersion
 from controlplane.lib.errors import NotFound
 from controlplane.metrics import selectors as metrics
 from controlplane.nodes.models import Pool
@@ -25,8 +26,6 @@ RULE_NAMES = ("batch-idle", "long-requests", "spec-decode-rejection", "p99-laten
 def alert_lines() -> dict[str, tuple[float, float | None]]:
     """The warning and critical lines of the rules the suggestions follow: each alert rule's newest enabled version,
     else the seed's (the defaults)."""
-    from controlplane.alerts.models import AlertRuleVersion
-
     lines = {rule["name"]: (rule["warn"], rule["critical"]) for rule in DEFAULT_RULES if rule["name"] in RULE_NAMES}
     for version in AlertRuleVersion.objects.filter(rule__name__in=RULE_NAMES).select_related("rule").order_by("number"):
         lines[version.rule.name] = (version.warn, version.critical) if version.is_enabled else lines[version.rule.name]

@@ -49,6 +49,7 @@ from controlplane.alerts.models import (
     Severity,
 )
 from controlplane.alerts.notifications import webhook_payload
+from controlplane.lib import background
 
 # A stored value is refreshed (written and pushed to browsers) at most this often when nothing else changes.
 VALUE_REFRESH_S = 10.0
@@ -398,7 +399,7 @@ class _Pass:
 
 
 def _enqueue(notification_ids: list[int]) -> None:
-    from controlplane.alerts.tasks import alert_notification_enqueue
-
+    """Hand each queued message to a worker; eagerly to a daemon thread: a slow or dead receiver must not hold the
+    pass up (the eager delivery keeps its retries and their waits there: controlplane/alerts/tasks.py)."""
     for pk in notification_ids:
-        alert_notification_enqueue(pk)
+        background.start("controlplane.alerts.tasks.alert_notification_send", pk, name=f"alert-webhook-{pk}")

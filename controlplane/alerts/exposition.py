@@ -24,6 +24,7 @@ from controlplane.metrics import coalescing
 from controlplane.metrics import selectors as metrics
 from controlplane.metrics.samples import CONFIDENCE_BUCKETS
 from controlplane.nodes.models import EngineNode, Pool
+from controlplane.params.models import TemplateVersion
 
 # Count maps of the samples exported per bucket, at pool and fleet scope (per node would multiply series).
 LENGTH_BUCKETS = ("le256", "le512", "le1k", "le2k", "gt2k")
@@ -280,8 +281,6 @@ class ControlPlaneCollector:
 
 
 def _desired_hashes(version_ids) -> dict[int, str]:
-    from controlplane.params.models import TemplateVersion
-
     return {v.pk: v.content_hash for v in TemplateVersion.objects.filter(pk__in=version_ids)}
 
 

@@ -8,7 +8,7 @@ from django.db import InterfaceError, OperationalError
 
 from controlplane.alerts.evaluation import evaluate_claimed
 from controlplane.alerts.notifications import WebhookFailed, notification_send
-from controlplane.lib.background import enqueue
+from controlplane.lib.background import runs_here
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +48,9 @@ def alert_notification_send(self, notification_id: int) -> None:
     notification_send(notification_id=notification_id)
 
 
-def alert_notification_enqueue(notification_id: int) -> None:
-    """Hand a queued message to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
-
-    An eager task runs inside its caller, and the caller is the evaluation pass: a slow or dead receiver must not
-    hold evaluation up, so the eager delivery, with its retries, moves to its own thread.
-    """
-    enqueue(alert_notification_send, notification_id, name=f"alert-webhook-{notification_id}", here=_send_here)
-
-
+# The evaluation pass starts deliveries by name (controlplane/alerts/evaluation.py); eagerly, on their own thread,
+# this runs instead of the task.
+@runs_here("controlplane.alerts.tasks.alert_notification_send")
 def _send_here(notification_id: int) -> None:
     # Eager Celery retries at once, without the backoff: the waits between tries are kept here instead.
     for attempt in range(MAX_RETRIES + 1):

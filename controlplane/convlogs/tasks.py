@@ -3,7 +3,7 @@
 from celery import shared_task
 
 from controlplane.convlogs.services.analyses import log_analyses_reap, log_analysis_run
-from controlplane.lib.background import CLAIM_RETRIED, enqueue
+from controlplane.lib.background import CLAIM_RETRIED
 
 
 # A database locked past its busy timeout, or gone, when the run claims its analysis: tried again (the claim is a
@@ -12,14 +12,6 @@ from controlplane.lib.background import CLAIM_RETRIED, enqueue
 def log_analysis_task(analysis_id: int) -> None:
     """Run one queued analysis; a vanished or already-claimed analysis is a no-op (see log_analysis_run)."""
     log_analysis_run(analysis_id=analysis_id)
-
-
-def log_analysis_enqueue(analysis_id: int) -> None:
-    """Hand a queued analysis to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
-
-    A log of 100,000 conversations takes tens of seconds: the HTTP request that queued it must not wait for it.
-    """
-    enqueue(log_analysis_task, analysis_id, name=f"log-analysis-{analysis_id}")
 
 
 @shared_task

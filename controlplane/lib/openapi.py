@@ -1,21 +1,18 @@
 """The OpenAPI description's house rules: every operation lists the errors it can answer, in the one error shape.
 
 `AutoSchema` adds, to what a view declares with `extend_schema`, the statuses that follow from the view itself:
-400 and 413 where there is input, 401 and 403 from its permissions, 404 from path parameters and pagination,
-429 from throttles. Statuses that come from the domain (404 for a name in the body, 409) are declared per view
-with `not_found(...)` and `conflict(...)`, so their description says when they happen.
+400 and 413 where there is input, 401 and 403 from its permissions (403 where one of them says it `may_refuse` a
+signed-in caller: controlplane/accounts/permissions.py), 404 from path parameters and pagination, 429 from
+throttles. Statuses that come from the domain (404 for a name in the body, 409) are declared per view with
+`not_found(...)` and `conflict(...)`, so their description says when they happen.
 """
-
-from types import SimpleNamespace
 
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
-from rest_framework.permissions import SAFE_METHODS, AllowAny
+from rest_framework.permissions import AllowAny
 
-from controlplane.accounts.permissions import HasRole, required_action
-from controlplane.accounts.roles import PERMISSIONS, Role
 from controlplane.lib.serializers import StrictSerializer
 
 
@@ -83,7 +80,7 @@ class AutoSchema(SpectacularAutoSchema):
         permissions = self.view.get_permissions()
         if not all(isinstance(p, AllowAny) for p in permissions):
             codes.append("401")
-        if any(isinstance(p, HasRole) for p in permissions) and self._may_refuse_a_role():
+        if any(_may_refuse(p, self.view, self.method) for p in permissions):
             codes.append("403")
         if any(p["in"] == "path" for p in parameters) or any(p["name"] == "page" for p in parameters):
             codes.append("404")
@@ -92,12 +89,6 @@ class AutoSchema(SpectacularAutoSchema):
         if self.view.get_throttles():
             codes.append("429")
         return codes
-
-    def _may_refuse_a_role(self) -> bool:
-        if self.method not in SAFE_METHODS:
-            return True  # a role without the action, or a session without its CSRF token
-        action = required_action(self.view, SimpleNamespace(method=self.method))
-        return action is None or PERMISSIONS[action] != frozenset(Role)
 
     def _map_serializer(self, serializer, direction, bypass_extensions=False):
         schema = super()._map_serializer(serializer, direction, bypass_extensions)
@@ -119,6 +110,12 @@ class AutoSchema(SpectacularAutoSchema):
         if fields is None and isinstance(serializer, type) and issubclass(serializer, serializers.BaseSerializer):
             fields = serializer().fields
         return any(isinstance(f, serializers.FileField) for f in (fields or {}).values())
+
+
+def _may_refuse(permission, view, method: str) -> bool:
+    """A permission that can refuse a signed-in caller says so with `may_refuse(view, method)`; others never do."""
+    may_refuse = getattr(permission, "may_refuse", None)
+    return may_refuse is not None and may_refuse(view, method)
 
 
 def _empty_means_absent(parameter: dict) -> bool:

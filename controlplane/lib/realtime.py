@@ -22,6 +22,13 @@ class VersionRef(TypedDict):
     hash: str
 
 
+def version_ref(version) -> VersionRef | None:
+    """How events (and audit entries) name a template version: its template, number and content hash."""
+    if version is None:
+        return None
+    return {"template": version.template.name, "number": version.number, "hash": version.content_hash}
+
+
 class PoolReleased(TypedDict):
     type: str  # "pool.released": consumers forward it through their `pool_released` handler
     pool: str

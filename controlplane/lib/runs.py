@@ -5,7 +5,6 @@ from collections.abc import Callable
 from django.db import models, transaction
 from django.utils import timezone
 
-from controlplane.audit.services import audit_record
 from controlplane.lib.errors import Conflict, required_text
 
 
@@ -39,10 +38,13 @@ def run_cancel(
     action: str,
     describe: Callable[[models.Model], str],
     progress: Callable[[int], None],
+    audit: Callable[..., object],
 ):
     """Cancel a queued run at once, or ask a running one to stop (cancelling); audited as `action`.
 
-    `describe` names the run in the conflict errors; `progress(pk)` runs once the change is committed.
+    `describe` names the run in the conflict errors; `progress(pk)` runs once the change is committed; `audit` is
+    the audit log's `audit_record`, called in the same transaction (the caller's app hands it over: lib imports no
+    app).
     """
     reason = required_text("reason", reason)
     with transaction.atomic():
@@ -60,7 +62,7 @@ def run_cancel(
             locked.status = RunStatus.CANCELLING
         locked.cancelled_by = actor
         locked.save(update_fields=["status", "finished_at", "cancelled_by"])
-        audit_record(
+        audit(
             actor=actor,
             action=action,
             target=locked,

@@ -64,13 +64,13 @@ ABSENT = "absent"
 MAX_REASON_CHARS = 300
 
 
-
 def sample_window_s() -> int:
     """Seconds of requests each 1 s sample's request figures (latency percentiles, error rate, acceptance) cover: the
     agents' sample window (ENGINE_NODE_SAMPLE_WINDOW_S, 10 s by default), which this control plane is told as
     METRICS_SAMPLE_WINDOW_S and checks on every sample. For this long after a node changes version its samples still
     mix in requests of the version before."""
     return settings.METRICS_SAMPLE_WINDOW_S
+
 
 # An agent whose clock is further off than this sends rows the history and the staleness check cannot place.
 MAX_CLOCK_SKEW_S = 300.0

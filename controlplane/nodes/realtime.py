@@ -3,12 +3,9 @@
 import json
 
 from controlplane.lib import realtime
-
-
-def version_ref(version) -> realtime.VersionRef | None:
-    if version is None:
-        return None
-    return {"template": version.template.name, "number": version.number, "hash": version.content_hash}
+from controlplane.lib.realtime import version_ref
+from controlplane.nodes.selectors import command_summary
+from controlplane.operations.policy_bundle import push_policy
 
 
 def config_message(version) -> realtime.ConfigPush:
@@ -52,8 +49,6 @@ def policy_to_pool(pool) -> None:
     """A production pool's nodes use the whitelist versions of the release they run: its bundle follows releases
     and canary stages (a non-production pool's follows whitelist edits instead, and does not change here)."""
     if pool.is_production:
-        from controlplane.operations.policy_bundle import push_policy  # here: operations builds on nodes
-
         push_policy([pool])
 
 
@@ -75,8 +70,6 @@ def node_command(command) -> None:
 
 def node_command_changed(command) -> None:
     """A command was asked for, sent, progressed or ended: to the browsers watching its pool."""
-    from controlplane.nodes.selectors import command_summary
-
     summary = command_summary(command=command)
     event: realtime.NodeCommandChanged = {"type": "node.command_changed", "command": summary}
     realtime.send([realtime.pool_group(summary["pool"])], event)

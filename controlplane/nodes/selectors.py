@@ -7,11 +7,16 @@ import shlex
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from controlplane.lib.realtime import version_ref
 from controlplane.nodes.models import ClientKey, EngineNode, NodeCommand, Pool, PoolRelease, Rollout
-from controlplane.nodes.realtime import version_ref
-from controlplane.nodes.services.cleanup import cleanup_waiting_for, sent_waiting_for
 from controlplane.nodes.speculation_figures import speculation_figures, speculation_summary
-from controlplane.nodes.waiting import PoolContext, node_sync_reason
+from controlplane.nodes.waiting import (
+    PoolContext,
+    cleanup_waiting_for,
+    node_sync_reason,
+    sent_waiting_for,
+    window_left_s,
+)
 from controlplane.params.diff import FieldChange, params_diff
 from controlplane.params.models import TemplateVersion
 
@@ -137,8 +142,6 @@ def pool_latest_rollout(*, pool) -> Rollout | None:
 
 def rollout_summary(*, rollout: Rollout, now) -> dict:
     """What the pool page shows of a rollout; also the payload of live `rollout.updated` events."""
-    from controlplane.nodes.services.rollouts import window_left_s
-
     target = rollout.to_version.content_hash
     nodes = {n.name: n for n in rollout.pool.nodes.all()}
     stages = []

@@ -35,7 +35,7 @@ from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.speculation import speculation_restarts
 from controlplane.operations.models import DegradationEvent, PoolDegradation
 from controlplane.operations.policy_bundle import push_policy
-from controlplane.params.schema import FIELDS_BY_PATH
+from controlplane.operations.selectors import params_of
 
 MAX_REASON_LENGTH = 2000
 # A node samples once a second; five missed samples is a node that cannot tell its load (seed: stale = saturated).
@@ -44,32 +44,6 @@ STALE_AFTER_S = 5.0
 RESTART_LEASE_S = 600
 RESTART_REASON = "speculative decoding follows the pool's degradation (one node at a time)"
 _UNFINISHED = [NodeCommand.State.PENDING, NodeCommand.State.RUNNING]
-
-
-def params_of(pool: Pool) -> dict:
-    """The degradation, batch and speculative parameters of the pool's desired version, or the defaults."""
-    if pool.desired_version is not None:
-        return pool.desired_version.effective_params
-    params: dict = {}
-    for path in (
-        "degradation.load_threshold", "degradation.exit_threshold", "degradation.enter_after_s",
-        "degradation.exit_after_s", "degradation.speculative_decoding", "batch.max_queue",
-        "batch.long_context_max_queue", "speculative.enabled",
-    ):  # fmt: skip
-        section, key = path.split(".")
-        params.setdefault(section, {})[key] = FIELDS_BY_PATH[path].default
-    return params
-
-
-def speculative_allowed(pool: Pool, state: PoolDegradation | None) -> bool:
-    """Whether the pool's engines may run speculative decoding now: not while degraded, unless the template keeps it."""
-    if state is None or not state.is_active:
-        return True
-    return bool(params_of(pool)["degradation"]["speculative_decoding"])
-
-
-def degradation_state(pool: Pool) -> PoolDegradation | None:
-    return PoolDegradation.objects.filter(pool=pool).first()
 
 
 # --- manual switch -----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from controlplane.lib import realtime
 from controlplane.nodes import whitelist_pins
 from controlplane.nodes.models import ClientKey, Pool, Rollout
 from controlplane.operations.models import ConversationOverride
-from controlplane.operations.selectors import active_overrides
+from controlplane.operations.selectors import active_overrides, degradation_state, speculative_allowed
 
 
 def policy_bundle(
@@ -75,9 +75,6 @@ def overrides_section(pool: Pool, *, now=None) -> list[dict]:
 def degradation_section(pool: Pool) -> dict:
     """Whether the pool runs degraded, why and since when (epoch seconds), and whether its engines may run
     speculative decoding now (the agent restarts without it only when the control plane sends it a restart)."""
-    # Imported here: the degradation services push bundles, so they import this module.
-    from controlplane.operations.degradation import degradation_state, speculative_allowed
-
     state = degradation_state(pool)
     active = state is not None and state.is_active
     return {

@@ -8,6 +8,7 @@ from django.utils import timezone
 from controlplane.nodes.models import Pool
 from controlplane.nodes.selectors import pool_timeline
 from controlplane.operations.models import ConversationOverride, DegradationEvent, PoolDegradation
+from controlplane.params.schema import FIELDS_BY_PATH
 
 HISTORY_LENGTH = 20
 
@@ -50,3 +51,29 @@ def pool_history(*, pool: Pool) -> list[dict]:
         for e in DegradationEvent.objects.filter(pool=pool).select_related("actor")
     ]
     return sorted(entries, key=lambda entry: entry["at"], reverse=True)
+
+
+def params_of(pool: Pool) -> dict:
+    """The degradation, batch and speculative parameters of the pool's desired version, or the defaults."""
+    if pool.desired_version is not None:
+        return pool.desired_version.effective_params
+    params: dict = {}
+    for path in (
+        "degradation.load_threshold", "degradation.exit_threshold", "degradation.enter_after_s",
+        "degradation.exit_after_s", "degradation.speculative_decoding", "batch.max_queue",
+        "batch.long_context_max_queue", "speculative.enabled",
+    ):  # fmt: skip
+        section, key = path.split(".")
+        params.setdefault(section, {})[key] = FIELDS_BY_PATH[path].default
+    return params
+
+
+def speculative_allowed(pool: Pool, state: PoolDegradation | None) -> bool:
+    """Whether the pool's engines may run speculative decoding now: not while degraded, unless the template keeps it."""
+    if state is None or not state.is_active:
+        return True
+    return bool(params_of(pool)["degradation"]["speculative_decoding"])
+
+
+def degradation_state(pool: Pool) -> PoolDegradation | None:
+    return PoolDegradation.objects.filter(pool=pool).first()

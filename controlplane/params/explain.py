@@ -7,6 +7,7 @@ for a message under this version, without sending anything to a node.
 import functools
 import json
 
+from controlplane.datasets.selectors import intent_model_document_text
 from controlplane.lib.errors import InvalidField
 from controlplane.nodes.models import Pool
 from controlplane.operations.policy_bundle import policy_bundle, whitelists_section
@@ -22,7 +23,6 @@ def _classifier(model_id: int | None) -> IntentClassifier:
     """The built-in model (None) or a published one, loaded once per process: models are immutable."""
     if model_id is None:
         return IntentClassifier.load()
-    from controlplane.datasets.selectors import intent_model_document_text
 
     return IntentClassifier.from_document(json.loads(intent_model_document_text(model_id)), source=f"model {model_id}")
 

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import F, Max, Min
 from django.utils import timezone
 
+from controlplane.convlogs.reader import iter_conversations
 from controlplane.lib.gateway_addresses import GatewayRefused, gateway_url_checked
 from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.client_keys import client_key_create, client_key_revoke
@@ -56,8 +57,6 @@ def spec_of(run: ReplayRun) -> planning.Spec:
 
 def conversations_of(run: ReplayRun):
     """The run's log, streamed conversation by conversation (the conversation-log app's reader)."""
-    from controlplane.convlogs.reader import iter_conversations
-
     return iter_conversations(run.log)
 
 

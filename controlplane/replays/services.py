@@ -9,10 +9,12 @@ from django.db import transaction
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.lib import background
 from controlplane.lib.errors import SLUG_PATTERN, SLUG_RULE, Forbidden, InvalidField, optional_text, required_text
 from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.replays.models import ReplayRun
+from controlplane.replays.realtime import replay_progress
 from controlplane.replays.sustained import MAX_LADDER_STEPS, SLO_P99_S
 
 MAX_LABEL = 200
@@ -233,9 +235,16 @@ def _ladder(qps_steps, step_s) -> tuple[list[float], int]:
 
 
 def _enqueue(run_id: int) -> None:
-    from controlplane.replays.tasks import replay_start_enqueue  # here: tasks import the lifecycle, which imports us
+    """Hand a queued run to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
 
-    replay_start_enqueue(run_id)
+    Eager tasks run inside the caller, and a run lasts minutes: the HTTP request that queued it must not wait.
+    """
+    background.start(
+        "controlplane.replays.tasks.replay_start_task",
+        run_id,
+        name=f"replay-{run_id}-start",
+        queue=settings.REPLAY_TASK_QUEUE,
+    )
 
 
 @mutating_service
@@ -249,10 +258,9 @@ def replay_run_cancel(*, actor, run: ReplayRun, reason: str) -> ReplayRun:
         action="replay.cancel",
         describe=lambda locked: f"replay {locked.pk}",
         progress=_progress,
+        audit=audit_record,
     )
 
 
 def _progress(run_id: int) -> None:
-    from controlplane.replays.realtime import replay_progress
-
     replay_progress(run_id)

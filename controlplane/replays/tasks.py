@@ -30,14 +30,6 @@ def replay_runs_reap_task() -> None:
     replay_runs_reap()
 
 
-def replay_start_enqueue(run_id: int) -> None:
-    """Hand a queued run to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
-
-    Eager tasks run inside the caller, and a run lasts minutes: the HTTP request that queued it must not wait.
-    """
-    enqueue(replay_start_task, run_id, name=f"replay-{run_id}-start", queue=settings.REPLAY_TASK_QUEUE)
-
-
 def replay_share_enqueue(run_id: int, index: int, key: str) -> None:
     enqueue(
         replay_share_task, run_id, index, key, name=f"replay-{run_id}-share-{index}", queue=settings.REPLAY_TASK_QUEUE

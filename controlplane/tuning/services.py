@@ -7,6 +7,7 @@ from django.db import transaction
 
 from controlplane.accounts.roles import Action
 from controlplane.audit.services import audit_record, mutating_service
+from controlplane.lib import background
 from controlplane.lib.errors import Conflict, Forbidden, InvalidField, required_text
 from controlplane.lib.runs import run_cancel
 from controlplane.nodes.models import Pool
@@ -19,6 +20,7 @@ from controlplane.replays.models import ReplayRun
 from controlplane.replays.sustained import DEFAULT_ERROR_RATE_MAX, MAX_LADDER_STEPS
 from controlplane.tuning import space as search
 from controlplane.tuning.models import TuningStudy
+from controlplane.tuning.realtime import study_progress
 
 MAX_LADDER = MAX_LADDER_STEPS
 MAX_TRIAL_DURATION_S = 600
@@ -202,9 +204,15 @@ def study_create(
 
 
 def _enqueue(study_id: int) -> None:
-    from controlplane.tuning.tasks import study_run_enqueue  # tasks import the runner, which imports us
+    """Hand a queued study to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
 
-    study_run_enqueue(study_id)
+    Eager tasks run inside the caller, and a study lasts minutes: the HTTP request that queued it must not wait."""
+    background.start(
+        "controlplane.tuning.tasks.study_run_task",
+        study_id,
+        name=f"tuning-{study_id}",
+        queue=settings.TUNING_TASK_QUEUE,
+    )
 
 
 @mutating_service
@@ -220,10 +228,9 @@ def study_cancel(*, actor, study: TuningStudy, reason: str) -> TuningStudy:
         action="tuning.cancel",
         describe=str,
         progress=_progress,
+        audit=audit_record,
     )
 
 
 def _progress(study_id: int) -> None:
-    from controlplane.tuning.realtime import study_progress
-
     study_progress(study_id)

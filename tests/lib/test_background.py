@@ -2,10 +2,12 @@
 the broker on the queue asked for (the default one when none is), as a worker would receive it. The tasks that
 claim their row retry database errors with the shared options."""
 
+import ast
 import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -14,6 +16,7 @@ from kombu import Exchange, Queue
 
 from controlplane.convlogs.tasks import log_analysis_task
 from controlplane.datasets.tasks import intent_model_train_task
+from controlplane.lib import background
 from controlplane.lib.background import enqueue
 from controlplane.replays.tasks import replay_start_task
 
@@ -123,3 +126,51 @@ def test_the_claiming_tasks_retry_database_errors_with_backoff():
         assert task.acks_late and task.ignore_result, task.name
         assert tuple(task.autoretry_for) == (OperationalError, InterfaceError), task.name
         assert (task.max_retries, task.retry_backoff, task.retry_jitter) == (3, 5, False), task.name
+
+
+def started_task_names() -> set[str]:
+    """Every task name a service passes to `background.start`, read from the source."""
+    names = set()
+    for path in (Path(__file__).resolve().parents[2] / "controlplane").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "start"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "background"
+            ):
+                [first, *_] = node.args
+                assert isinstance(first, ast.Constant), f"{path}:{node.lineno}: a task name is a literal"
+                names.add(first.value)
+    return names
+
+
+def test_services_start_their_work_by_the_name_of_a_registered_task():
+    names = started_task_names()
+    assert {
+        "controlplane.alerts.tasks.alert_notification_send",
+        "controlplane.convlogs.tasks.log_analysis_task",
+        "controlplane.datasets.tasks.intent_model_train_task",
+        "controlplane.replays.tasks.replay_start_task",
+        "controlplane.tuning.tasks.study_run_task",
+    } <= names
+    for name in names:
+        assert background.task_named(name).name == name
+
+
+def test_an_eager_webhook_delivery_keeps_its_own_retries(settings, monkeypatch):
+    """The evaluation pass starts deliveries by name; eagerly the alerts app's runner replaces the task."""
+    from controlplane.alerts import tasks as alert_tasks
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    seen = []
+    monkeypatch.setattr(background, "enqueue", lambda task, *args, **options: seen.append((task.name, args, options)))
+    background.start("controlplane.alerts.tasks.alert_notification_send", 4, name="alert-webhook-4")
+    assert seen == [
+        (
+            "controlplane.alerts.tasks.alert_notification_send",
+            (4,),
+            {"name": "alert-webhook-4", "queue": None, "here": alert_tasks._send_here},
+        )
+    ]

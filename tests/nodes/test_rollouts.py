@@ -9,6 +9,7 @@ from controlplane.audit.models import AuditEntry
 from controlplane.lib.errors import Conflict, InvalidField
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.samples import sample_window_s
+from controlplane.nodes import waiting
 from controlplane.nodes.models import EngineNode, Pool, Rollout
 from controlplane.nodes.selectors import node_desired_version
 from controlplane.nodes.services import agent_sessions, canary_settings, rollouts
@@ -137,7 +138,7 @@ def test_the_stage_waits_for_the_configured_sample_window_to_turn_over(canary, s
     settings.METRICS_SAMPLE_WINDOW_S = 3
     rollout, t0 = acked_window(canary)
     assert sample_window_s() == 3
-    assert rollouts.window_left_s(rollout, t0) == pytest.approx(3 + WINDOW_S)
+    assert waiting.window_left_s(rollout, t0) == pytest.approx(3 + WINDOW_S)
 
 
 def test_the_canary_is_judged_on_samples_of_the_new_version_alone(canary):
@@ -152,7 +153,7 @@ def test_the_canary_is_judged_on_samples_of_the_new_version_alone(canary):
         samples(name, start=start, seconds=READY_S + 2, p99=0.15)
     # Where a window right after the ACK would have averaged the mixed samples and passed, nothing is decided yet.
     assert step(rollout, t0 + timedelta(seconds=WINDOW_S)).evidence == []
-    assert rollouts.window_left_s(rollout, t0 + timedelta(seconds=WINDOW_S)) == pytest.approx(SAMPLE_WINDOW)
+    assert waiting.window_left_s(rollout, t0 + timedelta(seconds=WINDOW_S)) == pytest.approx(SAMPLE_WINDOW)
     rollout = step(rollout, t0 + timedelta(seconds=READY_S))
     assert rollout.state == Rollout.State.ROLLED_BACK
     assert rollout.evidence[-1]["canary"]["latency_p99_s"] == pytest.approx(3.8)

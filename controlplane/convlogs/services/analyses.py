@@ -16,6 +16,7 @@ from controlplane.convlogs.analysis import LogAnalyser
 from controlplane.convlogs.models import ConversationLog, LogAnalysis
 from controlplane.convlogs.reader import LogReader
 from controlplane.convlogs.suggestions import APPLICABLE_KINDS, suggest
+from controlplane.lib import background
 from controlplane.lib.errors import Conflict, DomainError, InvalidField
 from controlplane.nodes.models import Pool
 from controlplane.operations.policy_bundle import intent_model_section, whitelists_section
@@ -71,9 +72,11 @@ def log_analysis_create(*, actor, log: ConversationLog, pool: Pool, coverage: in
 
 
 def _enqueue(analysis_id: int) -> None:
-    from controlplane.convlogs import tasks
+    """Hand a queued analysis to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
 
-    tasks.log_analysis_enqueue(analysis_id)
+    A log of 100,000 conversations takes tens of seconds: the HTTP request that queued it must not wait for it.
+    """
+    background.start("controlplane.convlogs.tasks.log_analysis_task", analysis_id, name=f"log-analysis-{analysis_id}")
 
 
 def log_analysis_run(*, analysis_id: int) -> LogAnalysis | None:

@@ -17,7 +17,7 @@ from controlplane.metrics.samples import sample_window_s
 from controlplane.nodes import selectors, whitelist_pins
 from controlplane.nodes.gate import version_gate, version_gates
 from controlplane.nodes.models import ClientKey, NodeCommand, Pool
-from controlplane.nodes.services import client_keys
+from controlplane.nodes.services import canary_settings, client_keys, rollouts
 from controlplane.nodes.services import pools as services
 from controlplane.operations import degradation
 from controlplane.operations import selectors as operations
@@ -185,8 +185,6 @@ def _canary(pool):
 @page(write_action=Action.POOL_PUBLISH)
 def pool_rollout_action(request, name):
     """Pause, resume, promote now or abort the pool's running rollout; a reason is required."""
-    from controlplane.nodes.services import rollouts
-
     pool = get_object_or_404(Pool, name=name)
     rollout = selectors.pool_active_rollout(pool=pool)
     actions = {
@@ -213,8 +211,6 @@ def pool_rollout_action(request, name):
 def pool_canary(request, name):
     """Change the pool's canary stages (`1, 25%, 100%`) and analysis window for its next publishes, and (a
     non-production pool) how long a version must run healthy on one of its nodes before production may get it."""
-    from controlplane.nodes.services import canary_settings
-
     pool = get_object_or_404(Pool, name=name)
     try:
         canary_settings.pool_canary_update(

@@ -14,6 +14,7 @@ from django.utils import timezone
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.datasets import realtime
 from controlplane.datasets.models import IntentDataset, IntentModel
+from controlplane.lib import background
 from controlplane.lib.errors import InvalidField
 from engine_node.policy.dataset import Example, split_by_template, split_random
 from engine_node.policy.intent import IntentClassifier, decode_weights, encode_weights
@@ -55,9 +56,12 @@ def intent_model_create(*, actor, dataset: IntentDataset, epochs: int = EPOCHS) 
 
 
 def _enqueue(model_id: int) -> None:
-    from controlplane.datasets import tasks
+    """Hand a queued model to a worker; in embedded mode (eager Celery) to a daemon thread of this process.
 
-    tasks.intent_model_train_enqueue(model_id)
+    Eager tasks run inside the caller, and a full training takes about a minute: the HTTP request that queued it
+    must not wait for it, so the eager run moves to its own thread.
+    """
+    background.start("controlplane.datasets.tasks.intent_model_train_task", model_id, name=f"intent-model-{model_id}")
 
 
 def intent_model_train(*, model_id: int) -> IntentModel | None:

@@ -6,6 +6,7 @@ Unaudited reads for the agent connection: sent on hello when the agent reports s
 import functools
 import json
 
+from controlplane.datasets.selectors import intent_model_document_text, pool_warmup_dataset, warmup_messages_text
 from controlplane.nodes import whitelist_pins
 from controlplane.nodes.models import Pool
 from controlplane.operations.policy_bundle import policy_bundle
@@ -32,7 +33,6 @@ def intent_model_text(*, model_id: int | None, sha256: str | None) -> str:
         return json.dumps(
             {"type": "intent_model", "id": None, "sha256": builtin_intent_model_sha256(), "document": None}
         )
-    from controlplane.datasets.selectors import intent_model_document_text
 
     document = intent_model_document_text(model_id)
     head = json.dumps({"type": "intent_model", "id": model_id, "sha256": sha256})
@@ -44,8 +44,6 @@ def warmup_dataset_text(*, pool_name: str, agent_sha256: str) -> tuple[str, str]
     """(the `warmup_dataset` message, the sha256 the agent holds after it) for an agent holding `agent_sha256`: the
     pool's version with its messages, only `current: true` when the agent already has it, or messages null when the
     pool has none assigned."""
-    from controlplane.datasets.selectors import pool_warmup_dataset, warmup_messages_text
-
     version = pool_warmup_dataset(Pool.objects.get(name=pool_name))
     if version is None:
         return json.dumps({"type": "warmup_dataset", "version_id": None, "sha256": "", "messages": None}), ""

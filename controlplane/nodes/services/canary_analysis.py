@@ -5,6 +5,7 @@ window has passed and what a verdict does)."""
 
 from datetime import datetime
 
+from controlplane.alerts.models import AlertRuleVersion
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.selectors import window_values
 from controlplane.nodes.models import Rollout
@@ -70,8 +71,6 @@ def rollout_analysis(*, rollout: Rollout, now: datetime) -> dict:
 
 def p99_thresholds() -> tuple[float, float | None]:
     """The p99-latency alert rule's warning and critical lines (its newest enabled version), else the seed's."""
-    from controlplane.alerts.models import AlertRuleVersion
-
     version = AlertRuleVersion.objects.filter(rule__name="p99-latency").order_by("-number").first()
     if version is None or not version.is_enabled:
         return P99_WARN_S, P99_CRITICAL_S

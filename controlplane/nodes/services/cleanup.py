@@ -17,19 +17,11 @@ from django.utils import timezone
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.impact import hooks as impact_hooks
 from controlplane.lib.errors import Conflict, required_text
-from controlplane.lib.when import clock
 from controlplane.nodes import realtime
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
-from controlplane.params.schema import FIELDS_BY_PATH
+from controlplane.nodes.waiting import LEASE_GRACE_S, cleanup_max_duration_s, cleanups_unfinished
 
-LEASE_GRACE_S = 30
 _UNFINISHED = [NodeCommand.State.PENDING, NodeCommand.State.RUNNING]
-
-
-def _cleanups(pool: Pool):
-    return NodeCommand.objects.select_related("node").filter(
-        node__pool=pool, op=NodeCommand.Op.CLEANUP, finished_at__isnull=True
-    )
 
 
 def _speculation_restarts(pool: Pool):
@@ -43,14 +35,6 @@ def _speculation_restarts(pool: Pool):
     )
 
 
-def _max_duration_s(node: EngineNode) -> int:
-    """The node's bound on a cleanup: from the version it runs, else its pool's desired one, else the default."""
-    for version in (node.applied_version, node.pool.desired_version):
-        if version is not None:
-            return int(version.effective_params["cleanup"]["max_duration_s"])
-    return int(FIELDS_BY_PATH["cleanup.max_duration_s"].default)
-
-
 def _finish(command: NodeCommand, *, result: str, now) -> None:
     command.state = NodeCommand.State.FAILED
     command.result = result
@@ -62,11 +46,11 @@ def _finish(command: NodeCommand, *, result: str, now) -> None:
 def _expire(pool: Pool, now) -> None:
     """Fail the sent cleanups whose node was lost or that outlived their bound: their lease is over."""
     for command in (
-        _cleanups(pool)
+        cleanups_unfinished(pool)
         .filter(sent_at__isnull=False)
         .select_related("node__applied_version", "node__pool__desired_version")
     ):
-        bound = timedelta(seconds=_max_duration_s(command.node) + LEASE_GRACE_S)
+        bound = timedelta(seconds=cleanup_max_duration_s(command.node) + LEASE_GRACE_S)
         if command.node.is_lost(now):
             _finish(command, result="lease ended: the node was lost during its cleanup", now=now)
         elif command.sent_at < now - bound:
@@ -76,9 +60,9 @@ def _expire(pool: Pool, now) -> None:
 def _dispatch_next(pool: Pool, now) -> NodeCommand | None:
     """Send the pool's oldest waiting cleanup unless another one is under way; the caller holds the pool lock."""
     _expire(pool, now)
-    if _cleanups(pool).filter(sent_at__isnull=False).exists() or _speculation_restarts(pool).exists():
+    if cleanups_unfinished(pool).filter(sent_at__isnull=False).exists() or _speculation_restarts(pool).exists():
         return None
-    for command in _cleanups(pool).filter(sent_at__isnull=True).order_by("requested_at", "id"):
+    for command in cleanups_unfinished(pool).filter(sent_at__isnull=True).order_by("requested_at", "id"):
         if command.node.is_lost(now):
             _finish(command, result="not sent: the node was not connected when its turn came", now=now)
             continue
@@ -88,7 +72,7 @@ def _dispatch_next(pool: Pool, now) -> NodeCommand | None:
         command.save(update_fields=["sent_at"])
         transaction.on_commit(lambda command=command: realtime.node_command(command))
         # Browsers: this one is sent now, and the ones behind it wait for another node.
-        for changed in _cleanups(pool).filter(Q(pk=command.pk) | Q(sent_at__isnull=True)):
+        for changed in cleanups_unfinished(pool).filter(Q(pk=command.pk) | Q(sent_at__isnull=True)):
             transaction.on_commit(lambda changed=changed: realtime.node_command_changed(changed))
         return command
     return None
@@ -174,7 +158,7 @@ def cleanup_lease_request(*, node_id: int, trigger: str, fragmentation=None) -> 
         _expire(pool, now)
         if node.commands.filter(state__in=_UNFINISHED).exists():
             return None, "this node is still carrying out an earlier command"
-        other = _cleanups(pool).order_by("sent_at", "requested_at").first()
+        other = cleanups_unfinished(pool).order_by("sent_at", "requested_at").first()
         if other is not None:
             return None, f"{other.node.name} of pool {pool.name} is cleaning up or waiting to"
         restarting = _speculation_restarts(pool).first()
@@ -211,56 +195,3 @@ def cleanups_dispatch_due() -> int:
         .distinct()
     )
     return sum(cleanup_dispatch_next(pool_id=pool_id) is not None for pool_id in sorted(set(pool_ids)))
-
-
-def cleanup_waiting_for(*, command: NodeCommand, now) -> str:
-    """What a cleanup that has not started yet waits for, in words; empty once the node carries it out."""
-    node = command.node
-    if command.state != NodeCommand.State.PENDING or command.finished_at is not None:
-        return ""
-    if command.sent_at is not None:
-        return sent_waiting_for(command=command, now=now)
-    if node.is_lost(now):
-        return (
-            f"waiting for {node.name} to reconnect (offline); it is dropped if the node is still offline "
-            "when its turn comes"
-        )
-    pool = node.pool
-    holder = (
-        _cleanups(pool)
-        .filter(sent_at__isnull=False)
-        .exclude(pk=command.pk)
-        .select_related("node__applied_version", "node__pool__desired_version")
-        .order_by("sent_at")
-        .first()
-    )
-    ahead = list(
-        _cleanups(pool)
-        .filter(sent_at__isnull=True)
-        .filter(Q(requested_at__lt=command.requested_at) | Q(requested_at=command.requested_at, pk__lt=command.pk))
-        .order_by("requested_at", "id")
-    )
-    queue = f"; {len(ahead)} earlier cleanup(s) of the pool go first (next: {ahead[0].node.name})" if ahead else ""
-    if holder is None:
-        return "waiting to be sent: the pool's cleanup lease is free; the next dispatch pass (every 5 s) sends it" + (
-            queue
-        )
-    bound = holder.sent_at + timedelta(seconds=_max_duration_s(holder.node) + LEASE_GRACE_S)
-    doing = f": {holder.progress}" if holder.progress else f" ({holder.state})"
-    return (
-        f"waiting for the pool's cleanup lease, held by {holder.node.name} since {clock(holder.sent_at)}{doing}; "
-        f"it ends when that cleanup does, by {clock(bound)} at the latest" + queue
-    )
-
-
-def sent_waiting_for(*, command: NodeCommand, now) -> str:
-    """A command sent to its node that the node has not reported starting."""
-    node = command.node
-    text = f"sent at {clock(command.sent_at)}; waiting for {node.name} to start it"
-    if node.is_lost(now):
-        return text + " (the node is offline)"
-    if command.progress:
-        return text + f" ({command.progress})"
-    if node.reported_status not in {EngineNode.Status.ONLINE, EngineNode.Status.STARTING}:
-        return text + f" (the node is {node.reported_status})"
-    return text

@@ -12,6 +12,7 @@ from django.utils import timezone
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, InvalidField, check_slug, required_text
 from controlplane.nodes.models import ClientKey, Pool
+from controlplane.operations.policy_bundle import push_policy
 from engine_node.client_keys import MAX_TAGS, PREFIX_LENGTH, key_sha256, new_key
 
 # The gateway's own rule for a business tag (engine_node.policy.explain.checked_name).
@@ -47,8 +48,6 @@ def _snapshot(key: ClientKey, pools: list[Pool]) -> dict:
 
 
 def _push(pools: list[Pool]) -> None:
-    from controlplane.operations.policy_bundle import push_policy  # here: operations builds on nodes
-
     push_policy(pools)
 
 

@@ -3,7 +3,8 @@ its audit entry."""
 
 from controlplane.audit.services import audit_record
 from controlplane.impact import hooks as impact_hooks
-from controlplane.nodes import realtime, whitelist_pins
+from controlplane.lib.realtime import version_ref
+from controlplane.nodes import whitelist_pins
 from controlplane.nodes.models import Pool, PoolRelease
 from controlplane.params.models import TemplateVersion, WhitelistVersion
 
@@ -47,9 +48,9 @@ def release_record(
         actor=actor,
         action=f"pool.{kind}",
         target=pool,
-        before={"desired_version": realtime.version_ref(previous), "whitelists": previous_pins},
+        before={"desired_version": version_ref(previous), "whitelists": previous_pins},
         after={
-            "desired_version": realtime.version_ref(version),
+            "desired_version": version_ref(version),
             "whitelists": whitelist_pins.pins_summary(whitelist_versions),
             "override_reason": override_reason or None,
             **(audit_after or {}),

@@ -12,7 +12,7 @@ it has no baseline: it succeeds once every node ACKed, and from then on the aler
 """
 
 import math
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -24,7 +24,9 @@ from controlplane.lib.errors import Conflict, required_text
 from controlplane.metrics.samples import sample_window_s
 from controlplane.nodes import realtime, whitelist_pins
 from controlplane.nodes.models import EngineNode, Pool, PoolRelease, Rollout
+from controlplane.nodes.selectors import rollout_summary
 from controlplane.nodes.services.canary_analysis import rollout_analysis
+from controlplane.nodes.services.releases import release_record
 
 # Missing canary metrics hold the stage; after this many windows without them the stage fails.
 STALE_WINDOWS_TO_FAIL = 2
@@ -307,8 +309,6 @@ def _roll_back(
     rollout: Rollout, *, actor, state: str, reason: str, evidence: dict | None = None, audited: bool = True
 ) -> PoolRelease:
     """Every node of the pool back to the rollout's previous version (the others already run it: they ACK at once)."""
-    from controlplane.nodes.services.releases import release_record
-
     pool = rollout.pool
     rollout.state, rollout.finished_at, rollout.outcome = state, timezone.now(), reason[:2000]
     rollout.save(update_fields=["state", "finished_at", "outcome"])
@@ -338,20 +338,9 @@ def _audit_state(rollout: Rollout) -> dict:
 
 
 def rollout_broadcast(*, rollout_id: int) -> None:
-    from controlplane.nodes.selectors import rollout_summary
-
     rollout = Rollout.objects.select_related("pool", "to_version__template", "from_version__template").filter(
         pk=rollout_id
     )
     rollout = rollout.first()
     if rollout is not None:
         realtime.rollout_updated(rollout_summary(rollout=rollout, now=timezone.now()))
-
-
-def window_left_s(rollout: Rollout, now: datetime) -> float | None:
-    """Seconds until the stage's analysis, once its nodes have ACKed (their sample windows turn over, then the
-    analysis window runs)."""
-    if rollout.stage_acked_at is None:
-        return None
-    end = rollout.stage_acked_at + timedelta(seconds=sample_window_s() + rollout.pool.analysis_window_s)
-    return max(0.0, (end - now).total_seconds())

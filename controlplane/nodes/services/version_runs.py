@@ -24,6 +24,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlplane.alerts.models import Alert, AlertEvent, Severity
 from controlplane.lib.when import clock
 from controlplane.nodes.models import EngineNode, VersionRun
 from controlplane.params.models import TemplateVersion
@@ -168,9 +169,6 @@ class CriticalAlerts:
     """Alerts of these pools that were critical at some point since `since`, read in two queries per pass."""
 
     def __init__(self, *, since: datetime, pools: set[str]):
-        # Alerting reads the node tables, so its models are imported here, not at module level (no import cycle).
-        from controlplane.alerts.models import Alert, AlertEvent, Severity
-
         kinds = [AlertEvent.Kind.FIRING, AlertEvent.Kind.ESCALATED]
         self.rows: list[tuple[str, str, str, str, datetime, bool]] = [
             (*row, False)

@@ -4,6 +4,8 @@ from django.db import IntegrityError, transaction
 
 from controlplane.audit.services import audit_record, mutating_service
 from controlplane.lib.errors import Conflict, check_slug
+from controlplane.nodes.models import Pool
+from controlplane.operations.policy_bundle import push_policy
 from controlplane.params.exceptions import DocumentInvalid, StaleBaseVersion
 from controlplane.params.models import Whitelist, WhitelistVersion
 from controlplane.params.schema import SCENARIO_NAME, FieldError
@@ -93,7 +95,4 @@ def _scenarios(whitelist: Whitelist) -> list[str]:
 def _push_policy_to_non_production_pools() -> None:
     """Non-production pools follow the latest whitelists; production pools keep their release's pinned versions
     until an SRE publishes (controlplane/nodes/whitelist_pins.py), so nothing is sent to them."""
-    from controlplane.nodes.models import Pool  # here: nodes and operations build on params
-    from controlplane.operations.policy_bundle import push_policy
-
     push_policy(Pool.objects.filter(is_production=False))
