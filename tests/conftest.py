@@ -172,3 +172,25 @@ def pytest_collection_modifyitems(config, items):
         return browser, item.get_closest_marker("vllm") is None, item.get_closest_marker("fleet") is None
 
     items.sort(key=order)
+
+
+# `make test` sets CONTROLPLANE_TEST_NO_SKIP: a skipped test there means a real part was missing (vLLM, promtool,
+# Postgres, Chromium), and a suite that skipped it proved nothing about it.
+SKIPPED: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail") and os.environ.get("CONTROLPLANE_TEST_NO_SKIP"):
+        SKIPPED.append(f"{report.nodeid}: {report.longrepr[-1] if isinstance(report.longrepr, tuple) else ''}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if SKIPPED and exitstatus == 0 and not os.environ.get("PYTEST_XDIST_WORKER"):
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if SKIPPED and not os.environ.get("PYTEST_XDIST_WORKER"):
+        terminalreporter.write_line(f"{len(SKIPPED)} test(s) skipped where every real part must run:", red=True)
+        for line in SKIPPED:
+            terminalreporter.write_line(f"  {line}", red=True)

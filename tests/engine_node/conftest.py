@@ -1,6 +1,8 @@
 """Fixtures for tests that run the real vLLM CPU build from .venv-vllm (built by `make vllm-env`).
 
-- vllm_python: the venv's interpreter; the test skips when .venv-vllm is absent.
+- vllm_python: the venv's interpreter; the test skips when .venv-vllm is absent (a skip fails `make test`). While
+  `make test` still installs it in the background (VLLM_ENV_STATUS names the file its exit status will be written
+  to), the fixture waits for it, and fails with the install log's tail if the install failed.
 - tiny_model_dir / tiny_draft_model_dir: scripts/make_tiny_model.py output, cached under var/models/.
 - free_port: a free TCP port on 127.0.0.1.
 - start_vllm(args=(), *, model=None, env=None, ...): starts `python -m vllm.entrypoints.openai.api_server`
@@ -195,8 +197,30 @@ class VllmServer:
         return self.process.returncode
 
 
+# The longest the vLLM environment may still take to install once the suite reaches a vLLM test (about 2 minutes on
+# a 2-core machine; a wait, not a measurement).
+VLLM_ENV_WAIT_S = 1200.0
+
+
+def wait_for_vllm_env(status_file: Path, timeout_s: float = VLLM_ENV_WAIT_S) -> None:
+    """Until `make vllm-env`, running beside the suite, has written its exit status; fail on a non-zero one."""
+    deadline = time.monotonic() + timeout_s
+    while not status_file.exists() or not status_file.read_text().strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the vLLM environment was still installing after {timeout_s:.0f} s ({status_file})")
+        time.sleep(1.0)
+    status = status_file.read_text().strip()
+    if status != "0":
+        log = status_file.with_suffix(".log")
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else "(no log)"
+        pytest.fail(f"`make vllm-env` failed with exit status {status}; the end of {log}:\n{tail}")
+
+
 @pytest.fixture(scope="session")
 def vllm_python() -> Path:
+    status_file = os.environ.get("VLLM_ENV_STATUS")
+    if status_file and not (VLLM_VENV / ".installed").exists():
+        wait_for_vllm_env(Path(status_file))
     if not VLLM_PYTHON.exists():
         pytest.skip(".venv-vllm is absent: `make vllm-env` builds the real vLLM CPU environment")
     return VLLM_PYTHON
