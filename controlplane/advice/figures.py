@@ -112,7 +112,8 @@ def _ratio(depth, limit: int) -> float | None:
 
 
 def _batch_size(bucket: str) -> int | None:
-    return int(bucket) if bucket.isascii() and bucket.isdigit() and 0 < int(bucket[:6]) < 100000 else None
+    # ASCII digits only, and few: str.isdigit() also says yes to "²" and to 5,000 nines, which int() refuses.
+    return int(bucket) if bucket.isascii() and bucket.isdigit() and len(bucket) <= 5 and int(bucket) > 0 else None
 
 
 def _add_counts(total: dict, counts) -> None:
