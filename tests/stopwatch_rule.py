@@ -5,10 +5,11 @@ latency belong in `make bench`. A test asserts an order, a count, a state or a s
 
 `stopwatch_asserts(source)` finds, in one module's source, every `assert` that compares an elapsed time: a
 difference involving a clock reading (`time.monotonic()`, `time.time()`, `time.perf_counter()`, their `_ns`
-forms, an event loop's `.time()`, a datetime's `.timestamp()`), or a name assigned from such a reading or such a
-difference, ordered against anything with `<`, `<=`, `>` or `>=`. Two moments ordered against each other
-(`sample["t"] <= time.time()`) are an order, not a stopwatch; waiting for a state with a generous deadline
-(`wait_until`, `while time.monotonic() < deadline`) asks whether something happens at all, and stays allowed.
+forms, an event loop's `.time()`, a datetime's `.timestamp()`), or a name, an item or an attribute (`took`,
+`during["seconds"]`, `self.took`) assigned from such a reading or such a difference, ordered against anything with
+`<`, `<=`, `>` or `>=`. Two moments ordered against each other (`sample["t"] <= time.time()`) are an order, not a
+stopwatch; waiting for a state with a generous deadline (`wait_until`, `while time.monotonic() < deadline`) asks
+whether something happens at all, and stays allowed.
 """
 
 import ast
@@ -64,10 +65,11 @@ class _Names(ast.NodeVisitor):
     def kind(self, node: ast.AST) -> str | None:
         if _is_clock_call(node):
             return "reading"
-        if isinstance(node, ast.Name):
-            if node.id in self.elapsed:
+        if isinstance(node, ast.Name | ast.Subscript | ast.Attribute):
+            held = _held(node)
+            if held in self.elapsed:
                 return "elapsed"
-            if node.id in self.readings:
+            if held in self.readings:
                 return "reading"
         if isinstance(node, ast.BinOp):
             left, right = self.kind(node.left), self.kind(node.right)
@@ -86,9 +88,15 @@ class _Names(ast.NodeVisitor):
         return any(self.kind(part) == "elapsed" for part in ast.walk(node))
 
 
+def _held(node: ast.AST) -> str:
+    """What a name, an item or an attribute is called where it is assigned and read: `took`, `during['seconds']`,
+    `self.took`."""
+    return node.id if isinstance(node, ast.Name) else ast.unparse(node)
+
+
 def _target_names(target: ast.AST) -> list[str]:
-    if isinstance(target, ast.Name):
-        return [target.id]
+    if isinstance(target, ast.Name | ast.Subscript | ast.Attribute):
+        return [_held(target)]
     if isinstance(target, ast.Tuple | ast.List):
         return [name for element in target.elts for name in _target_names(element)]
     return []

@@ -22,6 +22,10 @@ def test_planted(gate):
     assert gate.ok and (loop.time() - t0) <= 2.5, "at once"   # 13: inside a larger condition
     assert abs(time.time() - sample["t"]) < 5                 # 14: now minus a stored moment
     assert rows[-1]["sent"] - cancelled.at.timestamp() < 1.0  # 15: a stored moment minus a datetime's
+    during["seconds"] = time.monotonic() - started
+    assert during["seconds"] < 10                             # 17: an item holding an elapsed time
+    self.took = time.monotonic() - t0
+    assert self.took >= 0.5                                   # 19: an attribute holding one
 """
 
 ALLOWED = """
@@ -48,5 +52,5 @@ def test_no_test_asserts_on_elapsed_time():
 
 
 def test_the_rule_finds_planted_stopwatches_and_leaves_waits_and_orders_alone():
-    assert [found.line for found in stopwatch_asserts(PLANTED)] == [7, 9, 11, 13, 14, 15]
+    assert [found.line for found in stopwatch_asserts(PLANTED)] == [7, 9, 11, 13, 14, 15, 17, 19]
     assert stopwatch_asserts(ALLOWED) == []

@@ -6,7 +6,6 @@ queued or answered 503 with Retry-After, never left hanging or reset.
 """
 
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -80,9 +79,7 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         during: dict = {}
 
         def request_during_restart():
-            started = time.monotonic()
             during["status"], during["body"] = agent.chat("退货怎么操作？", timeout_s=QUEUE_TIMEOUT_S + 60)
-            during["seconds"] = time.monotonic() - started
 
         caller = threading.Thread(target=request_during_restart)
         caller.start()
@@ -90,8 +87,10 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_
         assert not caller.is_alive(), "a request during the restart hung"
         assert during["status"] in (200, 503), during
         if during["status"] == 503:
+            # Refused by the gate it waited at (closed for the restart, or warming up), never a client's time-out.
             assert int(during["body"]["retry_after"]) >= 1
-            assert during["seconds"] < QUEUE_TIMEOUT_S + 5
+            message = during["body"]["error"]["message"]
+            assert message.startswith(("engine unavailable", "engine overloaded")) or "warming" in message, during
 
         wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 240, "ACK of v2")
         new_pid = agent.health()["engine_pid"]
