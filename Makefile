@@ -58,7 +58,7 @@ lint: install-dev
 # run one after another on one worker (tests/conftest.py). docs/testing.md.
 TEST_WORKERS ?= 2
 TEST_ENV = DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) CELERY_TASK_ALWAYS_EAGER=1 CHROMIUM=$(CHROMIUM)
-PYTEST = $(BIN)/python -m pytest -p tests.workers -p no:cacheprovider
+PYTEST = $(BIN)/python -m pytest -p tests.workers -p tests.timeline -p no:cacheprovider
 # When this make started: `make test` prints its own total, install and lint included.
 STARTED_AT := $(shell date +%s)
 
