@@ -25,10 +25,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.engine_node.vllm_node import SharedVllmAgent, VllmNode, make_node, shared_agent
+if TYPE_CHECKING:
+    from tests.engine_node.vllm_node import SharedVllmAgent, VllmNode
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = ROOT / ".venv-vllm"
@@ -298,7 +300,9 @@ def start_vllm(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
 @pytest.fixture(scope="session")
 def shared_vllm_agent(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator[SharedVllmAgent]:
     """The process's one agent on real vLLM, started by the first test that connects to it
-    (tests/engine_node/vllm_node.py); stopped after the vLLM group's last test (tests/conftest.py) or at the end."""
+    (tests/engine_node/vllm_node.py); stopped after the last test sharing it (tests/conftest.py) or at the end."""
+    from tests.engine_node.vllm_node import shared_agent
+
     shared = shared_agent(vllm_python=vllm_python, model_dir=tiny_model_dir, tmp_path_factory=tmp_path_factory)
     try:
         yield shared
@@ -313,6 +317,8 @@ DAPHNE_STOP_S = 3
 def vllm_node(shared_vllm_agent, sre, tmp_path) -> Iterator[VllmNode]:
     """This test's pool, node (holding the shared agent's token) and daphne on the agent's port; the daphne stops
     after the test, the agent lives on."""
+    from tests.engine_node.vllm_node import make_node
+
     node = make_node(shared_vllm_agent, sre=sre, log_dir=tmp_path)
     try:
         yield node

@@ -35,6 +35,7 @@ from pathlib import Path
 from engine_node.config import NodeConfig, engine_args
 from engine_node.fragmentation import WORKER_EXTENSION
 from engine_node.settings import AgentSettings
+from tests.engine_node.conftest import SERVED_MODEL_NAME
 from tests.engine_node.fleet import AgentProcess, engine_cmdline, vllm_agent, wait_until
 from tests.live_server import Daphne, free_port
 
@@ -44,7 +45,6 @@ NODE = "cpu-1"
 # on two shared cores) and for those queued during a cold restart to be answered by the new engine.
 QUEUE_TIMEOUT_S = 60
 START_TIMEOUT_S = 300
-SERVED_MODEL_NAME = "tiny"
 
 BASE_DOCUMENT = {
     "inference_params": {
@@ -86,7 +86,6 @@ class SharedVllmAgent:
         self.port = free_port()
         self.token = tokens.token_generate()
         self.agent: AgentProcess | None = None
-        self.starts = 0
 
     def start(self, last_good: str) -> AgentProcess:
         """A new agent (and vLLM) on `last_good`, in an empty state directory; returns once its gateway listens."""
@@ -104,7 +103,6 @@ class SharedVllmAgent:
             work=work,
         )
         self.agent = agent
-        self.starts += 1
         agent.start(timeout_s=START_TIMEOUT_S)
         return agent
 
