@@ -167,11 +167,31 @@ def pytest_collection_modifyitems(config, items):
         group = "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
 
-    def order(item) -> tuple[bool, bool, bool]:
+    def order(item) -> tuple[bool, bool, int, bool]:
         browser = item.get_closest_marker("browser") is not None
-        return browser, item.get_closest_marker("vllm") is None, item.get_closest_marker("fleet") is None
+        vllm = item.get_closest_marker("vllm")
+        return browser, vllm is None, shared_vllm_order(item, vllm), item.get_closest_marker("fleet") is None
 
     items.sort(key=order)
+
+
+def shared_vllm_order(item, vllm) -> int:
+    """Among the vLLM tests that share one agent (tests/engine_node/vllm_node.py): the one that starts it itself
+    first (`pytest.mark.vllm(shared_node="starts")`), then the others, and last the one that leaves its engine on
+    other flags (`"changes"`). pytest-django then moves the tests without a transactional database after them (the
+    vLLM tests without the agent among those), keeping this order within each kind."""
+    if vllm is None or "vllm_node" not in item.fixturenames:
+        return 0
+    return {"starts": 1, "changes": 3}.get(vllm.kwargs.get("shared_node"), 2)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test in a row that shares the agent on vLLM, the agent stops: its worker polls for work for a
+    second after every memory reading, half a core that the next tests (another vLLM start among them) need."""
+    if "vllm_node" in item.fixturenames and (nextitem is None or "vllm_node" not in nextitem.fixturenames):
+        from tests.engine_node.vllm_node import release_shared_agent
+
+        release_shared_agent()
 
 
 # `make test` sets CONTROLPLANE_TEST_NO_SKIP: a skipped test there means a real part was missing (vLLM, promtool,

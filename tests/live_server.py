@@ -44,8 +44,9 @@ def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None 
 class Daphne:
     """Start, stop and restart the control plane on a fixed port (agents keep its URL across restarts)."""
 
-    def __init__(self, log_dir: Path, extra_env: dict | None = None):
-        self.port = free_port()
+    def __init__(self, log_dir: Path, extra_env: dict | None = None, port: int | None = None):
+        """`port`: a fixed one (an agent that outlives this server knows it), else a free one."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_agent_url = f"ws://127.0.0.1:{self.port}/ws/agent/"
         self.log_path = log_dir / "daphne.log"
@@ -73,12 +74,13 @@ class Daphne:
         except RuntimeError:
             raise RuntimeError(f"daphne did not start: {self.log_path.read_text()[-3000:]}") from None
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 10) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s`."""
         if self.process is None:
             return
         self.process.terminate()
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

@@ -8,6 +8,8 @@
 - start_vllm(args=(), *, model=None, env=None, ...): starts `python -m vllm.entrypoints.openai.api_server`
   on a free port, waits until a real 1-token chat completion succeeds, and returns a VllmServer.
   Every server it started is stopped (SIGTERM, then SIGKILL of its process group) at teardown.
+- vllm_node: this test's pool `cpu`, node `cpu-1` and daphne around the session's one agent on real vLLM
+  (`vllm_node.connect()`, `vllm_node.start_fresh(config)`; tests/engine_node/vllm_node.py says what is reset).
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.engine_node.vllm_node import SharedVllmAgent, VllmNode
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = ROOT / ".venv-vllm"
@@ -289,3 +295,34 @@ def start_vllm(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_vllm_agent(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator[SharedVllmAgent]:
+    """The process's one agent on real vLLM, started by the first test that connects to it
+    (tests/engine_node/vllm_node.py); stopped after the last test sharing it (tests/conftest.py) or at the end."""
+    from tests.engine_node.vllm_node import shared_agent
+
+    shared = shared_agent(vllm_python=vllm_python, model_dir=tiny_model_dir, tmp_path_factory=tmp_path_factory)
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
+DAPHNE_STOP_S = 3
+
+
+@pytest.fixture
+def vllm_node(shared_vllm_agent, sre, tmp_path) -> Iterator[VllmNode]:
+    """This test's pool, node (holding the shared agent's token) and daphne on the agent's port; the daphne stops
+    after the test, the agent lives on."""
+    from tests.engine_node.vllm_node import make_node
+
+    node = make_node(shared_vllm_agent, sre=sre, log_dir=tmp_path)
+    try:
+        yield node
+    finally:
+        # A connected agent can hold daphne's shut-down for its whole 10 s (an application instance that does not end
+        # when cancelled); the test is over and its rows are flushed next, so it is not waited for that long.
+        node.server.stop(timeout_s=DAPHNE_STOP_S)

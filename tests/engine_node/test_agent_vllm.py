@@ -1,8 +1,9 @@
 """The agent on the real vLLM CPU build with a tiny generated model, against the live control plane.
 
-It starts vLLM, serves a chat completion through the gateway, exposes real vllm:* metrics, and applies a
-cold change (max_num_seqs) by drain and restart before ACKing; a request arriving during the restart is
-queued or answered 503 with Retry-After, never left hanging or reset.
+The session's agent on vLLM (tests/engine_node/vllm_node.py) serves a chat completion through the gateway,
+exposes real vllm:* metrics, and applies a cold change (max_num_seqs) by drain and restart before ACKing; a
+request arriving during the restart is queued or answered 503 with Retry-After, never left hanging or reset.
+The restart leaves the engine on other flags, so this test runs last of those sharing the agent.
 """
 
 import threading
@@ -11,16 +12,13 @@ import urllib.request
 import pytest
 
 from controlplane.nodes.models import EngineNode
-from controlplane.nodes.services.engine_nodes import node_create
-from controlplane.nodes.services.pools import pool_create, pool_publish
+from controlplane.nodes.services.pools import pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
 from tests.engine_node.conftest import SERVED_MODEL_NAME
-from tests.engine_node.fleet import engine_cmdline, flag_value, vllm_agent, wait_until
-from tests.live_server import Daphne
+from tests.engine_node.fleet import engine_cmdline, flag_value, wait_until
+from tests.engine_node.vllm_node import QUEUE_TIMEOUT_S
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm, pytest.mark.agents]
-
-QUEUE_TIMEOUT_S = 5
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vllm(shared_node="changes"), pytest.mark.agents]
 
 
 def document(max_num_seqs: int) -> dict:
@@ -35,71 +33,55 @@ def document(max_num_seqs: int) -> dict:
     }
 
 
-def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_python, tiny_model_dir, tmp_path, sre):
-    server = Daphne(tmp_path)
-    server.start()
-    pool = pool_create(actor=sre, name="cpu", is_production=False)
+def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_node, tiny_model_dir, sre):
+    pool, node = vllm_node.pool, vllm_node.node
     template = template_create(actor=sre, name="tiny")
-    node, token = node_create(actor=sre, name="cpu-1", pool=pool)
     v1 = template_version_create(actor=sre, template=template, document=document(4), base_number=None)
     v2 = template_version_create(actor=sre, template=template, document=document(2), base_number=1)
-    agent = vllm_agent(
-        vllm_python=vllm_python,
-        model_dir=tiny_model_dir,
-        queue_timeout_s=QUEUE_TIMEOUT_S,
-        name=node.name,
-        token=token,
-        control_plane_url=server.ws_agent_url,
-        work=tmp_path,
-    )
-    try:
-        agent.start(timeout_s=240)
-        wait_until(lambda: EngineNode.objects.get(pk=node.pk).is_connected, 30, "the agent to connect")
-        assert EngineNode.objects.get(pk=node.pk).engine_version.startswith("0.32")
+    agent = vllm_node.connect()
+    wait_until(lambda: EngineNode.objects.get(pk=node.pk).is_connected, 30, "the agent to connect")
+    assert EngineNode.objects.get(pk=node.pk).engine_version.startswith("0.32")
 
-        pool_publish(actor=sre, pool=pool, version=v1, reason="tiny model, 4 sequences")
-        wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v1.content_hash, 240, "ACK of v1")
-        status, body = agent.chat("Where is my order?")
-        assert status == 200 and body["choices"][0]["message"]["content"] is not None
-        assert body["usage"]["completion_tokens"] > 0
-        check_openai_client(agent)
-        metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
-        assert "vllm:num_requests_running" in metrics and "vllm:generation_tokens_total" in metrics
-        assert "engine_node_gateway_requests_total" in metrics
-        first_pid = agent.health()["engine_pid"]
-        # Every option the agent passes to real vLLM is one `--flag=value` element, and vLLM reads it so.
-        first_args = engine_cmdline(first_pid)
-        assert flag_value(first_args, "--max-num-seqs") == "4" and "--max-num-seqs" not in first_args
-        assert flag_value(first_args, "--served-model-name") == SERVED_MODEL_NAME
-        assert flag_value(first_args, "--model") == str(tiny_model_dir)
+    pool_publish(actor=sre, pool=pool, version=v1, reason="tiny model, 4 sequences")
+    wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v1.content_hash, 240, "ACK of v1")
+    status, body = agent.chat("Where is my order?")
+    assert status == 200 and body["choices"][0]["message"]["content"] is not None
+    assert body["usage"]["completion_tokens"] > 0
+    check_openai_client(agent)
+    metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
+    assert "vllm:num_requests_running" in metrics and "vllm:generation_tokens_total" in metrics
+    assert "engine_node_gateway_requests_total" in metrics
+    first_pid = agent.health()["engine_pid"]
+    # Every option the agent passes to real vLLM is one `--flag=value` element, and vLLM reads it so.
+    first_args = engine_cmdline(first_pid)
+    assert flag_value(first_args, "--max-num-seqs") == "4" and "--max-num-seqs" not in first_args
+    assert flag_value(first_args, "--served-model-name") == SERVED_MODEL_NAME
+    assert flag_value(first_args, "--model") == str(tiny_model_dir)
 
-        pool.refresh_from_db()
-        pool_publish(actor=sre, pool=pool, version=v2, reason="cold change: 2 sequences")
-        wait_until(lambda: agent.health()["status"] in {"draining", "restarting"}, 30, "the drain to start")
-        during: dict = {}
+    pool.refresh_from_db()
+    pool_publish(actor=sre, pool=pool, version=v2, reason="cold change: 2 sequences")
+    wait_until(lambda: agent.health()["status"] in {"draining", "restarting"}, 30, "the drain to start")
+    during: dict = {}
 
-        def request_during_restart():
-            during["status"], during["body"] = agent.chat("退货怎么操作？", timeout_s=QUEUE_TIMEOUT_S + 60)
+    def request_during_restart():
+        during["status"], during["body"] = agent.chat("退货怎么操作？", timeout_s=QUEUE_TIMEOUT_S + 60)
 
-        caller = threading.Thread(target=request_during_restart)
-        caller.start()
-        caller.join(timeout=QUEUE_TIMEOUT_S + 90)
-        assert not caller.is_alive(), "a request during the restart hung"
-        assert during["status"] in (200, 503), during
-        if during["status"] == 503:
-            # Refused by the gate it waited at (closed for the restart, or warming up), never a client's time-out.
-            assert int(during["body"]["retry_after"]) >= 1
-            message = during["body"]["error"]["message"]
-            assert message.startswith(("engine unavailable", "engine overloaded")) or "warming" in message, during
+    caller = threading.Thread(target=request_during_restart)
+    caller.start()
+    caller.join(timeout=QUEUE_TIMEOUT_S + 90)
+    assert not caller.is_alive(), "a request during the restart hung"
+    assert during["status"] in (200, 503), during
+    if during["status"] == 503:
+        # Refused by the gate it waited at (closed for the restart, or warming up), never a client's time-out.
+        assert int(during["body"]["retry_after"]) >= 1
+        message = during["body"]["error"]["message"]
+        assert message.startswith(("engine unavailable", "engine overloaded")) or "warming" in message, during
 
-        wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 240, "ACK of v2")
-        new_pid = agent.health()["engine_pid"]
-        assert new_pid != first_pid
-        assert flag_value(engine_cmdline(new_pid), "--max-num-seqs") == "2"
-        assert agent.chat("Thanks!")[0] == 200
-    finally:
-        agent.stop()
-        server.stop()
+    wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 240, "ACK of v2")
+    new_pid = agent.health()["engine_pid"]
+    assert new_pid != first_pid
+    assert flag_value(engine_cmdline(new_pid), "--max-num-seqs") == "2"
+    assert agent.chat("Thanks!")[0] == 200
 
 
 STRICT_PROMPTS = (

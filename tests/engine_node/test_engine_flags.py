@@ -130,22 +130,63 @@ def test_every_config_flag_is_one_element_with_its_value():
     assert all(arg.startswith("--") for arg in args)
 
 
-@pytest.mark.vllm
-def test_the_table_matches_vllms_own_parser(vllm_python):
-    """Each option exists in vLLM 0.32's server parser with the kind the table renders for it."""
-    code = (
-        "import json\n"
-        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
-        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-        "p = make_arg_parser(FlexibleArgumentParser())\n"
-        "print(json.dumps({o: a.nargs for a in p._actions for o in a.option_strings}))\n"
-    )
+# One vLLM interpreter answers both vLLM tests below (its import costs seconds of both cores): the option kinds of its
+# server parser, and what its own SpeculativeConfig and schedule validation make of the speculative config the node
+# renders for SPEC_SCHEDULE. Each answer is {"value": ...} or {"error": ...}, so one failing leaves the other's test
+# its own answer.
+VLLM_ANSWERS = """\
+import json, sys
+
+
+def parser_nargs():
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    p = make_arg_parser(FlexibleArgumentParser())
+    return {o: a.nargs for a in p._actions for o in a.option_strings}
+
+
+def speculative_lookup():
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    c = json.loads(sys.argv[1])
+    missing = sorted(set(c) - set(SpeculativeConfig.__dataclass_fields__))
+    assert not missing, missing
+    return build_dynamic_sd_schedule_lookup(c["num_speculative_tokens_per_batch_size"], 16, 3)
+
+
+answers = {}
+for name, answer in (("nargs", parser_nargs), ("lookup", speculative_lookup)):
+    try:
+        answers[name] = {"value": answer()}
+    except BaseException as exc:
+        answers[name] = {"error": repr(exc)}
+print(json.dumps(answers))
+"""
+SPEC_SCHEDULE = {"enabled": True, "method": "ngram", "num_speculative_tokens": 3, "disable_above_batch_size": 8}
+
+
+@pytest.fixture(scope="module")
+def vllm_answers(vllm_python) -> dict:
+    rendered = _spec_flag(engine_args(config(speculative=SPEC_SCHEDULE), SETTINGS))
     result = subprocess.run(
-        [str(vllm_python), "-c", code], cwd=ROOT, env=dict(os.environ, **VLLM_ENV), capture_output=True, text=True,
-        timeout=180,
+        [str(vllm_python), "-c", VLLM_ANSWERS, json.dumps(rendered)], cwd=ROOT, env=dict(os.environ, **VLLM_ENV),
+        capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    nargs = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def vllm_answer(answers: dict, name: str):
+    assert "error" not in answers[name], answers[name]["error"]
+    return answers[name]["value"]
+
+
+@pytest.mark.vllm
+def test_the_table_matches_vllms_own_parser(vllm_answers):
+    """Each option exists in vLLM 0.32's server parser with the kind the table renders for it."""
+    nargs = vllm_answer(vllm_answers, "nargs")
     for name, flag in FLAGS.items():
         assert flag.option in nargs, name
         # Switches and booleans take no value (argparse nargs 0); every other option takes exactly one.
@@ -194,24 +235,7 @@ def test_speculative_values_the_node_refuses_name_the_field(spec, message):
 
 
 @pytest.mark.vllm
-def test_vllm_accepts_the_rendered_speculative_config(vllm_python):
+def test_vllm_accepts_the_rendered_speculative_config(vllm_answers):
     """vLLM 0.32's own SpeculativeConfig fields and batch-size schedule validation take what the node renders."""
-    spec = {"enabled": True, "method": "ngram", "num_speculative_tokens": 3, "disable_above_batch_size": 8}
-    rendered = _spec_flag(engine_args(config(speculative=spec), SETTINGS))
-    code = (
-        "import json, sys\n"
-        "from vllm.config.speculative import SpeculativeConfig\n"
-        "from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup\n"
-        "c = json.loads(sys.argv[1])\n"
-        "missing = sorted(set(c) - set(SpeculativeConfig.__dataclass_fields__))\n"
-        "assert not missing, missing\n"
-        "lookup = build_dynamic_sd_schedule_lookup(c['num_speculative_tokens_per_batch_size'], 16, 3)\n"
-        "print(json.dumps(lookup))\n"
-    )
-    result = subprocess.run(
-        [str(vllm_python), "-c", code, json.dumps(rendered)], cwd=ROOT, env=dict(os.environ, **VLLM_ENV),
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    lookup = json.loads(result.stdout.strip().splitlines()[-1])
+    lookup = vllm_answer(vllm_answers, "lookup")
     assert lookup[1:9] == [3] * 8 and lookup[9:] == [0] * 8
