@@ -9,9 +9,12 @@ from rest_framework.test import APIClient
 
 from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
+from tests.static_files import scan_static_files_once
 
 SEED_YAML_PATH = Path(__file__).resolve().parent.parent / "controlplane/params/fixtures/seed_inference_params.yaml"
 PASSWORD = "correct-horse-battery"
+
+scan_static_files_once()  # a test client's middleware reuses WhiteNoise's scan (tests/static_files.py)
 
 
 @pytest.fixture(autouse=True)
@@ -28,15 +31,21 @@ def fresh_shared_samples():
     from django.conf import settings
 
     if settings.REDIS_URL:
-        import redis
-
         from controlplane.metrics.shared_latest import shared_key
 
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        try:
-            client.delete(shared_key())
-        finally:
-            client.close()
+        redis_client(settings.REDIS_URL).delete(shared_key())
+
+
+_REDIS_CLIENTS: dict = {}
+
+
+def redis_client(url: str):
+    """One client per Redis URL for the test process's own housekeeping (a connection a test saved)."""
+    if url not in _REDIS_CLIENTS:
+        import redis
+
+        _REDIS_CLIENTS[url] = redis.Redis.from_url(url)
+    return _REDIS_CLIENTS[url]
 
 
 @pytest.fixture(scope="session", autouse=True)
