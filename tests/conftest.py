@@ -9,9 +9,12 @@ from rest_framework.test import APIClient
 
 from controlplane.accounts.models import User
 from controlplane.accounts.roles import Role
+from tests.static_files import scan_static_files_once
 
 SEED_YAML_PATH = Path(__file__).resolve().parent.parent / "controlplane/params/fixtures/seed_inference_params.yaml"
 PASSWORD = "correct-horse-battery"
+
+scan_static_files_once()  # a test client's middleware reuses WhiteNoise's scan (tests/static_files.py)
 
 
 @pytest.fixture(autouse=True)
@@ -28,37 +31,35 @@ def fresh_shared_samples():
     from django.conf import settings
 
     if settings.REDIS_URL:
-        import redis
-
         from controlplane.metrics.shared_latest import shared_key
 
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        try:
-            client.delete(shared_key())
-        finally:
-            client.close()
+        redis_client(settings.REDIS_URL).delete(shared_key())
+
+
+_REDIS_CLIENTS: dict = {}
+
+
+def redis_client(url: str):
+    """One client per Redis URL for the test process's own housekeeping (a connection a test saved)."""
+    if url not in _REDIS_CLIENTS:
+        import redis
+
+        _REDIS_CLIENTS[url] = redis.Redis.from_url(url)
+    return _REDIS_CLIENTS[url]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def audit_table_flushable():
-    """Django empties the test database after each transactional test with one TRUNCATE of every table, which the
-    audit table's trigger refuses, as it refuses anyone's (controlplane/audit/migrations/0004). The test database's
-    owner lifts that one trigger for the flush, inside the flush's own transaction; nothing else is exempt."""
-    from django.db.backends.postgresql.operations import DatabaseOperations
+    """Django empties the test database after each transactional test; tests/fast_flush.py does it by deleting every
+    row under the locks a TRUNCATE takes, and lifts the audit table's trigger (which refuses that like anyone's:
+    controlplane/audit/migrations/0002, 0004) inside the flush's own transaction, and only there."""
+    from tests.fast_flush import install
 
-    flush = DatabaseOperations.execute_sql_flush
-    trigger = "ALTER TABLE audit_auditentry {} TRIGGER audit_entry_no_truncate"
-
-    def execute_sql_flush(self, sql_list):
-        if any("audit_auditentry" in sql for sql in sql_list):
-            sql_list = [trigger.format("DISABLE"), *sql_list, trigger.format("ENABLE")]
-        return flush(self, sql_list)
-
-    DatabaseOperations.execute_sql_flush = execute_sql_flush
+    uninstall = install()
     try:
         yield
     finally:
-        DatabaseOperations.execute_sql_flush = flush
+        uninstall()
 
 
 # The test time scale of the nodes' sample window (10 s in production): a fleet test whose figures must turn over

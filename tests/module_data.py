@@ -5,8 +5,8 @@ there for every test of the module, each test's own writes are rolled back to a 
 `db`), and the module's rows are rolled back when it ends, so the next module starts from an empty database. Only for
 modules whose tests use plain `django_db` (a transactional test would flush the tables from under the module).
 
-`fresh(value)` reads model instances (also inside lists and dicts) again from the database, so a test that changes
-an instance in memory never hands that change to the next test.
+`fresh(value)` reads model instances (also inside lists and dicts) again from the database, one query per model, so
+a test that changes an instance in memory never hands that change to the next test.
 
 `module_world_fixtures(build, roles)` gives a module the three fixtures that do both: `module_world` (one user per
 role and `build(users)`, once), and `users` and `world` (fresh copies for each test), to be assigned to module names:
@@ -14,6 +14,7 @@ role and `build(users)`, once), and `users` and `world` (fresh copies for each t
 """
 
 import contextlib
+import copy
 
 import pytest
 from django.db import models, transaction
@@ -36,12 +37,39 @@ def module_users(roles) -> dict:
 
 
 def fresh(value):
+    """`value` with each model instance in it read again (one query per model, however many instances)."""
+    found: dict[type, set] = {}
+    _collect(value, found)
+    rows = {model: model.objects.in_bulk(pks) for model, pks in found.items()}
+    return _rebuild(value, rows, set())
+
+
+def _collect(value, found: dict[type, set]) -> None:
     if isinstance(value, models.Model):
-        return type(value).objects.get(pk=value.pk)
+        found.setdefault(type(value), set()).add(value.pk)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, found)
+
+
+def _rebuild(value, rows: dict[type, dict], given: set):
+    """The instance read for each one in `value`; one named twice is handed out as two objects, as two reads were."""
+    if isinstance(value, models.Model):
+        try:
+            row = rows[type(value)][value.pk]
+        except KeyError:
+            raise type(value).DoesNotExist(f"{type(value).__name__} {value.pk} is gone") from None
+        if (type(value), value.pk) in given:
+            return copy.copy(row)
+        given.add((type(value), value.pk))
+        return row
     if isinstance(value, list | tuple):
-        return type(value)(fresh(item) for item in value)
+        return type(value)(_rebuild(item, rows, given) for item in value)
     if isinstance(value, dict):
-        return {key: fresh(item) for key, item in value.items()}
+        return {key: _rebuild(item, rows, given) for key, item in value.items()}
     return value
 
 

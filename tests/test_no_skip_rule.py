@@ -30,8 +30,9 @@ def run_planted(tmp_path, workers: str, **env) -> subprocess.CompletedProcess:
     planted.write_text(PLANTED)
     try:
         return subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "tests.workers", "-p", "no:cacheprovider", "-q", "-n", workers,
-             str(planted)],
+            # The fuzzer's plugin (schemathesis, hypothesis: ~1 s a process) has nothing to do in the planted run.
+            [sys.executable, "-m", "pytest", "-p", "tests.workers", "-p", "no:cacheprovider", "-p", "no:schemathesis",
+             "-q", "-n", workers, str(planted)],
             cwd=ROOT, env={**parent, **env}, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
     finally:

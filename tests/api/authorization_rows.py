@@ -59,7 +59,7 @@ def _first(model) -> int:
     return model.objects.order_by("pk").values_list("pk", flat=True).first() or 1
 
 
-SHOP = {"name": "shop"}  # the intent dataset `intent_world` adds
+SHOP = {"name": "shop"}  # the intent dataset of the module's world, with its trained model #1
 TINY = {"name": "tiny"}  # the model catalog entry `catalog_world` adds
 FAQ = {"name": "faq"}  # the warmup dataset `warmup_world` adds
 WARMUP_LOG = '{"messages": [{"role": "user", "content": "where is my order?"}]}\n'

@@ -48,33 +48,29 @@ def gpu_1_seen_now() -> None:
     EngineNode.objects.filter(name="gpu-1", is_connected=True).update(last_seen_at=timezone.now())
 
 
-# The users and the API tests' world (tests/api/conftest.py), built once for the module's 800 tests
-# (tests/module_data.py); each row's own additions below are still built per test.
-module_world, users, world = module_world_fixtures(api_world, Role.values, before_each=gpu_1_seen_now)
+def matrix_world(users) -> dict:
+    """The API tests' world (tests/api/conftest.py) and, for the intent and review rows, dataset `shop` and its
+    trained model #1 (a training run costs a moment: trained once here rather than for each of those rows)."""
+    world = api_world(users)
+    train_now(users["agent"], easy_dataset(users["agent"], "shop", templates_per_label=2), epochs=1)
+    return world
 
 
-@pytest.fixture(autouse=True)
-def intent_world(request):
-    """For the intent rows only (a training run costs a moment): dataset `shop` and its trained model #1."""
-    callspec = getattr(request.node, "callspec", None)
-    call = callspec.params.get("call") if callspec else None
-    if call is None or not call.name.startswith("intent-"):
-        return
-    request.getfixturevalue("world")
-    agent = request.getfixturevalue("users")["agent"]
-    train_now(agent, easy_dataset(agent, "shop", templates_per_label=2), epochs=1)
+# The users and that world, built once for the module's 700 tests (tests/module_data.py); each row's own additions
+# below are still built per test.
+module_world, users, world = module_world_fixtures(matrix_world, Role.values, before_each=gpu_1_seen_now)
 
 
 @pytest.fixture(autouse=True)
 def review_world(request):
-    """For the review rows only: dataset `shop`, and two messages a node of staging sampled, one of them labelled."""
+    """For the review rows only: two messages a node of staging sampled, one of them labelled (dataset `shop` is the
+    module's)."""
     callspec = getattr(request.node, "callspec", None)
     call = callspec.params.get("call") if callspec else None
     if call is None or not call.name.startswith("review-"):
         return
     world = request.getfixturevalue("world")
     users = request.getfixturevalue("users")
-    easy_dataset(users["agent"], "shop", templates_per_label=2)
     node = node_in(world["staging"], users["sre"])
     ingest(node, review_sample("is this moisturiser ok for eczema"), review_sample("the cup arrived broken"))
     review_item_label(actor=users["agent"], item=ReviewItem.objects.get(text="the cup arrived broken"), label="other")
