@@ -31,6 +31,7 @@ from controlplane.replays.models import ReplayRequest, ReplayRun
 from controlplane.replays.services import replay_run_create
 from controlplane.replays.shares import replay_share
 from engine_node.replay_load import Outcome, Shot, chat_once
+from tests.engine_node.fleet import wait_until
 from tests.factories import pools
 from tests.replays.logs import log_lines, store_log
 
@@ -283,9 +284,19 @@ def online(url: str, agent_address: str | None) -> None:
     )
 
 
-def queued_run(users, replay_world) -> ReplayRun:
+def queued_run(users, replay_world, settings) -> ReplayRun:
+    """A run queued as the API queues it, for the test to start itself (replay_start). Eagerly (make test, embedded
+    mode) the service's own start runs on a background thread once the row is committed; it is awaited and its
+    outcome undone first, so the test's start is the only one running (two would race for the same row)."""
     staging, log = replay_world
-    return replay_run_create(actor=users["agent"], pool=staging, log=log, reason="gateway check", qps=5)
+    run = replay_run_create(actor=users["agent"], pool=staging, log=log, reason="gateway check", qps=5)
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        ended = ReplayRun.objects.filter(pk=run.pk, status__in=ReplayRun.FINISHED)
+        wait_until(ended.exists, 30, "the run's own start to end it")
+        assert not ReplayRequest.objects.filter(run=run).exists()
+        ended.update(status=ReplayRun.Status.QUEUED, error="", started_at=None, finished_at=None)
+        run.refresh_from_db()
+    return run
 
 
 @pytest.mark.parametrize(
@@ -300,11 +311,11 @@ def queued_run(users, replay_world) -> ReplayRun:
     ],
 )
 def test_a_replay_start_checks_the_stored_gateway_again_and_sends_nothing(
-    users, replay_world, listeners, url, agent_address
+    users, replay_world, listeners, settings, url, agent_address
 ):
     listener = listeners()
     online(listener.url if url == "LOOPBACK" else url, agent_address)
-    run = queued_run(users, replay_world)
+    run = queued_run(users, replay_world, settings)
 
     assert replay_start(run.pk) == []
 
@@ -318,15 +329,15 @@ def test_a_replay_start_checks_the_stored_gateway_again_and_sends_nothing(
 def test_a_name_the_operator_allows_is_resolved_before_sending(users, replay_world, settings):
     settings.NODE_GATEWAY_ALLOWED = ["*.invalid"]
     online("http://gpu-1.invalid:9000", "10.0.0.7")
-    run = queued_run(users, replay_world)
+    run = queued_run(users, replay_world, settings)
     replay_start(run.pk)
     run.refresh_from_db()
     assert run.status == ReplayRun.Status.FAILED and "gpu-1.invalid does not resolve" in run.error
 
 
-def test_the_sender_checks_each_stored_target_again_before_its_first_request(users, replay_world, listeners):
+def test_the_sender_checks_each_stored_target_again_before_its_first_request(users, replay_world, listeners, settings):
     listener = listeners()
-    run = queued_run(users, replay_world)
+    run = queued_run(users, replay_world, settings)
     # Targets as stored by a start that accepted them (the node at loopback then); the row now says it is remote.
     ReplayRun.objects.filter(pk=run.pk).update(
         status=ReplayRun.Status.RUNNING,
