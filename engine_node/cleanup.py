@@ -96,6 +96,8 @@ class MemoryCleanup:
         self.drain_timeout_s = drain_timeout_s
         self.last_reading: dict | None = None
         self.last_read_at: float | None = None  # monotonic; the sample shows last_reading while it is fresh
+        # The workers' devices of the last reading that had them: the GPUs the engine runs on (telemetry/gpu.py).
+        self.last_workers: list[dict] | None = None
         self.last_result: dict | None = None
         self._last_finished = time.monotonic()
         self._requested_at: float | None = None
@@ -120,6 +122,9 @@ class MemoryCleanup:
             self._http(), self.engine_url(), self.backend, timeout_s, calls=self.calls
         )
         self.last_read_at = time.monotonic()
+        workers = (self.last_reading or {}).get("per_worker")
+        if workers and any(w.get("device_uuid") for w in workers):
+            self.last_workers = workers
         return self.last_reading
 
     def fragmentation_figure(self) -> tuple[float | None, str | None]:
