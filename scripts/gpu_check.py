@@ -185,7 +185,7 @@ def main() -> int:
             runs.append(agent_run(args, Path(work) / "pinned", tp=1, pinned=gpus - 1, utilization=0.5))
     points = verdicts(device, runs, gpus, rehearsal=args.rehearse_on_cpu)
     for point, row in points.items():
-        print(f"{point}. {row['verdict']:4}  {row['point']}", file=sys.stderr)
+        print(f"{point}. {row['verdict']:9}  {row['point']}", file=sys.stderr)
     failed = any(row["verdict"] == "fail" for row in points.values())
     report = {
         "cuda": found["cuda"],
