@@ -14,8 +14,8 @@ of restarting into a failure:
 - **engine.max_model_len** at most the model's own maximum, derived as vLLM derives it.
 
 A repo id is read from the Hugging Face cache at its pinned revision (`local_directory`). Where a check needs a
-config.json the node does not have, a vLLM node refuses (download the model first); the simulator loads nothing, so
-there it is only noted.
+config.json the node does not have, a vLLM node refuses (download the model first). The simulator loads no
+checkpoint, so a simulator node checks only that the quantization is one of vLLM's methods.
 """
 
 import json

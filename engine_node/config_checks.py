@@ -52,16 +52,16 @@ def check_checkpoints(content: dict, models: ConfigModels, *, backend: str) -> l
     """What the config asks of its checkpoints' config.json (checkpoints.py); raises CheckpointRefused."""
     engine, spec = content.get("engine") or {}, content.get("speculative") or {}
     main = models.main
-    config = checkpoints.read_config(main.source, main.revision)
-    if config is None and backend == "simulator":
-        # The simulator loads no checkpoint: only the choice itself is checked.
+    if backend == "simulator":
+        # The simulator loads no checkpoint (its limits are its profile's): only the choice itself is checked.
         quantization = engine.get("quantization")
         if quantization is not None and quantization not in checkpoints.QUANTIZATIONS:
             choices = ", ".join(checkpoints.QUANTIZATIONS)
             raise CheckpointRefused(
                 checkpoints.QUANTIZATION_FIELD, f"{quantization!r} is not one of vLLM's methods ({choices})"
             )
-        return [f"checkpoint not checked: no config.json of {main.label} on this node (simulated engine)"]
+        return [f"checkpoints not checked: the simulated engine loads none of {main.label}"]
+    config = checkpoints.read_config(main.source, main.revision)
     notes = [checkpoints.check_quantization(engine.get("quantization"), config, main.label)]
     if config is None:
         notes.append(f"max_model_len not compared: no config.json of {main.label} on this node")
