@@ -25,10 +25,10 @@ from engine_node.agent_reports import NodeReports
 from engine_node.agent_speculation import SpeculationControl
 from engine_node.cleanup import MemoryCleanup
 from engine_node.client_keys import load_key_file
-from engine_node.config import ConfigRejected, NodeConfig, config_models, engine_args
+from engine_node.config import ConfigRejected, NodeConfig, engine_args
+from engine_node.config_checks import check_config
 from engine_node.control import ControlLink
 from engine_node.engine import EngineProcess, EngineStartFailed
-from engine_node.engine_flags import FlagRefused
 from engine_node.gateway import Gateway
 from engine_node.gpus import gpu_inventory
 from engine_node.model_sources import ModelAllowList
@@ -40,7 +40,7 @@ from engine_node.settings import AgentSettings, gateway_url
 from engine_node.speculation import SpeculationGuard
 from engine_node.state import LastGoodStore, PolicyStore, WarmupStore
 from engine_node.telemetry import BatchLog, EngineScraper, GpuUtilisation, RequestLog, SmActivity, Telemetry
-from engine_node.tokenizer_files import TokenizerMismatch, check_draft_tokenizer
+from engine_node.telemetry.gpu_devices import engine_devices
 from engine_node.warmup import WarmupRunner
 
 log = logging.getLogger("engine_node.agent")
@@ -109,7 +109,10 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
             batches=batches,
             admission=self.admission,
             scraper=EngineScraper(lambda: self.engine.base_url, window_s=settings.sample_window_s),
-            gpu=GpuUtilisation() if self.gpus else None,
+            # The figures of the GPUs the engine uses (its workers say which), never the host's mean.
+            gpu=GpuUtilisation(devices=lambda: engine_devices(self.gpus, self.memory_cleanup.last_workers))
+            if self.gpus
+            else None,
             sm=SmActivity(settings.dcgm_exporter_url, has_gpu=bool(self.gpus)),
             # The simulator exports its fragmentation on /metrics; on vLLM it is the worker extension's reading.
             fragmentation=(lambda: self.memory_cleanup.fragmentation_figure()) if settings.backend == "vllm" else None,
@@ -323,22 +326,13 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
             await self._reply("ack", config.hash, config.version)
 
     async def vet(self, config: NodeConfig) -> None:
-        """What the node checks before it runs a config's engine, whatever the control plane checked: every flag
-        value against the fixed table, every model against the operator's allow-list, and a draft model's tokenizer
-        files against the main model's. Raises ConfigRejected naming the template field."""
+        """What the node checks before it runs a config's engine, whatever the control plane checked
+        (engine_node/config_checks.py): the flag table, the allow-list, the draft's tokenizer and vocabulary, what the
+        config asks of the checkpoints. Raises ConfigRejected naming the template field."""
         self._engine_args(config)
-        models = config_models(config, self.settings)
-
-        def on_disk() -> str:
-            # Paths resolve through the file system and tokenizer files are hashed: off the gateway's event loop.
-            try:
-                self.allow_list.check(models)
-                return check_draft_tokenizer(models, backend=self.settings.backend)
-            except (FlagRefused, TokenizerMismatch) as exc:
-                raise ConfigRejected(str(exc)) from None
-
-        note = await asyncio.to_thread(on_disk)
-        log.info("config %s: models allowed; %s", config.label, note)
+        # Paths resolve through the file system, tokenizer files are hashed: off the gateway's event loop.
+        notes = await asyncio.to_thread(check_config, config, self.settings, self.allow_list)
+        log.info("config %s: models allowed; %s", config.label, "; ".join(notes))
 
     def _engine_args(self, config: NodeConfig | None) -> list[str]:
         """The engine flags of `config` under the current policy bundle: without speculative decoding while the

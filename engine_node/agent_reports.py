@@ -80,6 +80,8 @@ class NodeReports:
             "engine_version": self.engine.version,
             "sample": self.telemetry.last,
             "memory": self.memory_cleanup.last_reading,
+            # Each of the engine's GPUs with its own figures (engine_node/telemetry/gpu_devices.py).
+            "gpus": self.telemetry.gpu.devices() if self.telemetry.gpu is not None else [],
             "last_cleanup": self.memory_cleanup.last_result,
             "warmup": self.warmup.progress,
             "speculation": self.speculation_state(),

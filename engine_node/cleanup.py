@@ -28,7 +28,7 @@ from engine_node.fragmentation import (
     RELEASE_METHOD,
     RPC_TIMEOUT_S,
     EngineCallFailed,
-    collective_rpc,
+    WorkerCalls,
     read_fragmentation,
 )
 from engine_node.telemetry.memory import fragmentation_figure
@@ -45,6 +45,7 @@ REQUEST_RETRY_S = 5.0
 GRANT_WINDOW_S = 30.0
 RESET_ATTEMPTS = 10
 RESET_RETRY_S = 0.2
+# The agent's own waits (the engine is never given a timeout: engine_node/fragmentation.py).
 CALL_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 5.0
 
@@ -64,7 +65,17 @@ def cleanup_params(content: dict | None) -> dict:
 def _figures(reading: dict | None) -> dict | None:
     if reading is None:
         return None
-    keys = ("fragmentation", "kv_cache_usage", "device", "reserved_bytes", "allocated_bytes", "inactive_split_bytes")
+    keys = (
+        "fragmentation",
+        "kv_cache_usage",
+        "device",
+        "reserved_bytes",
+        "allocated_bytes",
+        "inactive_split_bytes",
+        "kv_cache_bytes",
+        "workspace_reserved_bytes",
+        "workspace_free_bytes",
+    )
     figures = {key: reading.get(key) for key in keys}
     if reading.get("error"):
         figures["error"] = reading["error"]
@@ -85,11 +96,15 @@ class MemoryCleanup:
         self.drain_timeout_s = drain_timeout_s
         self.last_reading: dict | None = None
         self.last_read_at: float | None = None  # monotonic; the sample shows last_reading while it is fresh
+        # The workers' devices of the last reading that had them: the GPUs the engine runs on (telemetry/gpu.py).
+        self.last_workers: list[dict] | None = None
         self.last_result: dict | None = None
         self._last_finished = time.monotonic()
         self._requested_at: float | None = None
         self._requested_trigger = ""
         self._session: aiohttp.ClientSession | None = None
+        # At most one workers' call of each method outstanding, however long a step keeps the engine busy.
+        self.calls = WorkerCalls(self._http)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -97,13 +112,19 @@ class MemoryCleanup:
         return self._session
 
     async def close(self) -> None:
+        await self.calls.close()
         if self._session is not None:
             await self._session.close()
 
     async def read(self, timeout_s: float = RPC_TIMEOUT_S) -> dict | None:
         """The engine's memory figures now (also kept as last_reading)."""
-        self.last_reading = await read_fragmentation(self._http(), self.engine_url(), self.backend, timeout_s)
+        self.last_reading = await read_fragmentation(
+            self._http(), self.engine_url(), self.backend, timeout_s, calls=self.calls
+        )
         self.last_read_at = time.monotonic()
+        workers = (self.last_reading or {}).get("per_worker")
+        if workers and any(w.get("device_uuid") for w in workers):
+            self.last_workers = workers
         return self.last_reading
 
     def fragmentation_figure(self) -> tuple[float | None, str | None]:
@@ -234,7 +255,7 @@ class MemoryCleanup:
         raise CleanupFailed("reset_prefix_cache: the engine still holds blocks (success false)")
 
     async def _release(self) -> dict:
-        workers = await collective_rpc(self._http(), self.engine_url(), RELEASE_METHOD, CALL_TIMEOUT_S)
+        workers = await self.calls.call(self.engine_url(), RELEASE_METHOD, CALL_TIMEOUT_S)
         errors = [str(w["error"]) for w in workers if w.get("error")]
         if errors:
             raise CleanupFailed(f"{RELEASE_METHOD}: {errors[0][:300]}")

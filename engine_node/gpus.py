@@ -3,7 +3,8 @@
 import shutil
 import subprocess
 
-QUERY = "index,name,uuid,memory.total,driver_version"
+# mig.mode.current: "Enabled" where the GPU is split into MIG instances (whose utilisation NVML does not give).
+QUERY = "index,name,uuid,memory.total,driver_version,mig.mode.current"
 
 
 def gpu_inventory() -> list[dict]:
@@ -28,16 +29,15 @@ def parse(output: str) -> list[dict]:
     gpus = []
     for line in output.strip().splitlines():
         fields = [field.strip() for field in line.split(",")]
-        if len(fields) != 5:
+        if len(fields) not in (5, 6):
             continue
-        index, name, uuid, memory_mib, driver = fields
-        gpus.append(
-            {
-                "index": int(index),
-                "name": name,
-                "uuid": uuid,
-                "memory_mib": int(float(memory_mib)),
-                "driver": driver,
-            }
-        )
+        index, name, uuid, memory_mib, driver = fields[:5]
+        try:
+            gpu = {"index": int(index), "name": name, "uuid": uuid, "memory_mib": int(float(memory_mib))}
+        except ValueError:
+            continue
+        gpu["driver"] = driver
+        if len(fields) == 6:
+            gpu["mig"] = fields[5] == "Enabled"
+        gpus.append(gpu)
     return gpus

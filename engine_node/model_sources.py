@@ -19,6 +19,15 @@ from engine_node.engine_flags import FlagRefused, check_value
 
 MODEL_FIELD = "engine.model"
 DRAFT_FIELD = "speculative.draft_model"
+# speculative.method values that run a second checkpoint (vLLM's --speculative-config `model`): a draft model, or an
+# EAGLE head trained for the main model. ngram needs none; mtp runs the main model's own MTP layers. The control
+# plane's validation imports this.
+DRAFT_METHODS = ("draft_model", "eagle", "eagle3")
+DRAFT_NEED = {
+    "draft_model": "a smaller model with the main model's tokenizer",
+    "eagle": "an EAGLE head trained for the main model",
+    "eagle3": "an EAGLE-3 head trained for the main model",
+}
 _TEXT_KEYS = ("source", "tokenizer", "revision", "tokenizer_revision")
 _BOOL_KEYS = ("trust_remote_code", "is_draft_capable")
 
@@ -64,10 +73,11 @@ def config_models(content: dict, own_model: str) -> ConfigModels:
     name = engine.get("model")
     main = _entry(MODEL_FIELD, name, resolved.get(MODEL_FIELD)) if name else ModelEntry(name="", source=own_model)
     draft = None
-    if spec.get("enabled") and spec.get("method") == "draft_model":
+    method = spec.get("method")
+    if spec.get("enabled") and method in DRAFT_METHODS:
         draft_name = spec.get("draft_model")
         if not draft_name:
-            raise FlagRefused(DRAFT_FIELD, "required when speculative.method is draft_model")
+            raise FlagRefused(DRAFT_FIELD, f"required when speculative.method is {method} ({DRAFT_NEED[method]})")
         draft = _entry(DRAFT_FIELD, draft_name, resolved.get(DRAFT_FIELD))
         if not draft.is_draft_capable:
             raise FlagRefused(DRAFT_FIELD, f"{draft_name!r} is not marked as a draft model in the catalog")

@@ -12,6 +12,10 @@ from engine_node.engine_flags import FlagRefused, check_value
 
 # A sample's window longer than this would mix a config change into minutes of samples after it.
 MAX_SAMPLE_WINDOW_S = 300.0
+# A 70B model's first start on a GPU host: loading ~140 GB of weights, torch.compile with a cold cache, CUDA-graph
+# capture, under tensor parallelism: 10-15 minutes is not unusual. Only a start that hangs waits this long; one that
+# exits fails at once. Downloads are not in it: a node that fetches a repo id at start needs more.
+START_TIMEOUT_S = 1200.0
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class AgentSettings:
     state_dir: Path = Path("var/engine-node")
     drain_timeout_s: float = 30.0
     queue_timeout_s: float = 30.0
-    start_timeout_s: float = 300.0
+    start_timeout_s: float = START_TIMEOUT_S
     probe_interval_s: float = 10.0
     sample_window_s: float = 10.0
     probe_timeout_s: float = 15.0
@@ -218,8 +222,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--start-timeout",
         type=float,
-        default=float(_env("ENGINE_NODE_START_TIMEOUT_S", "300")),
-        help="seconds the engine may take to serve its first request [ENGINE_NODE_START_TIMEOUT_S]",
+        default=float(_env("ENGINE_NODE_START_TIMEOUT_S", str(int(START_TIMEOUT_S)))),
+        help="seconds the engine may take to serve its first request; an engine that exits fails at once "
+        "[ENGINE_NODE_START_TIMEOUT_S]",
     )
     p.add_argument(
         "--probe-interval",

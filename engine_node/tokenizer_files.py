@@ -7,11 +7,10 @@ the agent hashes the tokenizer files of both before it starts an engine with a d
 """
 
 import hashlib
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine_node.checkpoints import local_directory
 from engine_node.model_sources import DRAFT_FIELD, ConfigModels
 
 # Everything that decides how text becomes token ids (Hugging Face fast and slow tokenizers, SentencePiece).
@@ -27,7 +26,9 @@ TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
 )
-_COMMIT = re.compile(r"[0-9a-f]{40}")
+# Methods whose draft is a head trained on the main model's tokens (vLLM tokenizes with the main model's tokenizer):
+# such a checkpoint often ships no tokenizer files of its own, and needs none.
+HEAD_METHODS = ("eagle", "eagle3")
 
 
 class TokenizerMismatch(Exception):
@@ -50,12 +51,7 @@ class TokenizerDigest:
 def tokenizer_directory(source: str, revision: str = "") -> Path | None:
     """The local directory holding a model's tokenizer: the path itself, or the Hugging Face cache's snapshot of a
     repo id at `revision` (its `main` when unpinned); None when the node has no copy."""
-    if os.path.isabs(source):
-        return Path(source) if os.path.isdir(source) else None
-    repo = _hub_cache() / f"models--{source.replace('/', '--')}"
-    commit = revision if _COMMIT.fullmatch(revision or "") else _read_ref(repo, revision or "main")
-    snapshot = repo / "snapshots" / commit if commit else None
-    return snapshot if snapshot is not None and snapshot.is_dir() else None
+    return local_directory(source, revision)
 
 
 def tokenizer_digest(directory: Path) -> TokenizerDigest | None:
@@ -68,15 +64,19 @@ def tokenizer_digest(directory: Path) -> TokenizerDigest | None:
     return TokenizerDigest(directory=directory, files=files) if files else None
 
 
-def check_draft_tokenizer(models: ConfigModels, *, backend: str) -> str:
+def check_draft_tokenizer(models: ConfigModels, *, backend: str, method: str = "draft_model") -> str:
     """Compare the draft's tokenizer files with the main model's; return a line saying what was compared.
 
     Raises TokenizerMismatch (its message names speculative.draft_model) when they differ, or when the files are
-    missing on a vLLM node. The simulator never tokenizes, so there a missing copy is only noted."""
+    missing on a vLLM node. The simulator never tokenizes, so there a missing copy is only noted. An EAGLE head
+    (`method` eagle or eagle3) without tokenizer files of its own passes: it runs on the main model's tokens; its
+    vocabulary size is compared with the main model's all the same (engine_node/config_checks.py)."""
     if models.draft is None:
         return "no draft model"
     main = _digest(*models.main.tokenizer_source)
     draft = _digest(*models.draft.tokenizer_source)
+    if draft is None and method in HEAD_METHODS and _has_config(models.draft):
+        return f"{method} head {models.draft.label} has no tokenizer files of its own: it uses the main model's"
     if main is None or draft is None:
         missing = models.main if main is None else models.draft
         if backend == "simulator":
@@ -102,21 +102,9 @@ def _digest(source: str, revision: str) -> TokenizerDigest | None:
     return tokenizer_digest(directory) if directory is not None else None
 
 
-def _hub_cache() -> Path:
-    """Where huggingface_hub keeps downloads: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
-def _read_ref(repo: Path, ref: str) -> str:
-    if ".." in ref.split("/"):
-        return ""
-    try:
-        return (repo / "refs" / ref).read_text(encoding="utf-8").strip()
-    except (OSError, ValueError):
-        return ""
+def _has_config(entry) -> bool:
+    directory = local_directory(entry.source, entry.revision)
+    return directory is not None and (directory / "config.json").is_file()
 
 
 def _file_sha256(path: Path) -> str:

@@ -7,6 +7,7 @@ are `(field path, message)` pairs; the template and pool services turn them into
 
 from controlplane.catalog.models import ModelEntry
 from engine_node.engine_flags import FlagRefused, check_value
+from engine_node.model_sources import DRAFT_METHODS
 
 MODEL_FIELD = "engine.model"
 DRAFT_FIELD = "speculative.draft_model"
@@ -94,7 +95,7 @@ def _value_problems(field: str, entry: dict) -> Problems:
 def _trust_problems(params: dict, resolved: dict) -> Problems:
     spec = params.get("speculative") or {}
     main, draft = resolved.get(MODEL_FIELD), resolved.get(DRAFT_FIELD)
-    uses_draft = spec.get("enabled") and spec.get("method") == "draft_model"
+    uses_draft = spec.get("enabled") and spec.get("method") in DRAFT_METHODS
     if uses_draft and main and draft and main["trust_remote_code"] and not draft["trust_remote_code"]:
         # vLLM loads a draft model with the main model's trust_remote_code.
         return [

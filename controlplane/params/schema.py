@@ -20,7 +20,13 @@ INTENT_LABELS = (
 )
 TIERS = ("strict", "normal", "creative")
 SPECULATIVE_METHODS = ("draft_model", "ngram", "eagle", "eagle3", "mtp")
-QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes")
+# vLLM 0.32's quantization methods the product offers (each one of vLLM's QUANTIZATION_METHODS; the node also checks
+# the choice against the checkpoint's own quantization_config: engine_node/checkpoints.py).
+QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8")
+# The most of a GPU's memory vLLM may be given: vLLM refuses to start when gpu_memory_utilization x total is more
+# than the memory free on the device at start-up, after its CUDA context (and NCCL's buffers under tensor
+# parallelism) took theirs. 5 % leaves 4 GiB of an 80 GiB H100, 0.8 GiB of a 16 GiB card.
+MAX_GPU_MEMORY_UTILIZATION = 0.95
 SCENARIO_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # A model catalog name (controlplane/catalog/values.py has the same rule for registering one).
 MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -179,7 +185,10 @@ FIELDS: tuple[Field, ...] = (
         "enum",
         "cold",
         "draft_model",
-        "vLLM speculative method.",
+        "vLLM speculative method: draft_model, eagle and eagle3 run the checkpoint in speculative.draft_model (a "
+        "draft model; an EAGLE or EAGLE-3 head trained for the main model); ngram proposes from the prompt and needs "
+        "none; mtp runs the main model's own multi-token-prediction layers (the node checks its config.json has "
+        "some).",
         choices=SPECULATIVE_METHODS,
     ),
     Field(
@@ -187,8 +196,9 @@ FIELDS: tuple[Field, ...] = (
         "model",
         "cold",
         None,
-        "Draft model (method draft_model): a model catalog entry marked as a draft model. The node checks that its "
-        "tokenizer files are the main model's before it starts.",
+        "Draft model (methods draft_model, eagle, eagle3): a model catalog entry marked as a draft model. The node "
+        "checks that its tokenizer files (an EAGLE head may have none) and its vocab_size are the main model's before "
+        "it starts.",
         nullable=True,
     ),
     _int(
@@ -306,8 +316,10 @@ FIELDS: tuple[Field, ...] = (
         "cold",
         0.9,
         0,
-        1,
-        "vLLM --gpu-memory-utilization.",
+        MAX_GPU_MEMORY_UTILIZATION,
+        "vLLM --gpu-memory-utilization: the share of the GPU vLLM takes (weights, activations and the KV cache it "
+        "sizes to fill it). At most 0.95: the CUDA context and NCCL take theirs first, and vLLM refuses to start when "
+        "the share is more than is free.",
         exclusive_minimum=True,
     ),
     Field(
@@ -315,7 +327,9 @@ FIELDS: tuple[Field, ...] = (
         "enum",
         "cold",
         None,
-        "vLLM --quantization; empty for none.",
+        "vLLM --quantization; empty runs the checkpoint as it is. awq/awq_marlin need an AWQ checkpoint, gptq/"
+        "gptq_marlin a GPTQ one; fp8 runs an FP8 checkpoint or quantizes an unquantized one while loading (the node "
+        "checks the checkpoint's config.json).",
         choices=QUANTIZATIONS,
         nullable=True,
     ),

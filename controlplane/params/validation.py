@@ -20,6 +20,7 @@ from controlplane.params.schema import (
     FieldError,
     effective,
 )
+from engine_node.model_sources import DRAFT_METHODS, DRAFT_NEED
 from engine_node.policy.pattern_cost import TooCostly, check_template
 from engine_node.policy.patterns import PatternRejected, compile_pattern, pattern_cost
 
@@ -223,9 +224,19 @@ def _check_cross_fields(p: dict) -> list[FieldError]:
         )
     if deg["max_tokens"] > mt["default"]:
         errors.append(FieldError("degradation.max_tokens", f"must be at most max_tokens.default ({mt['default']})"))
-    # Whether a draft shares the main model's tokenizer is decided on the node, on the files (tokenizer_files.py).
-    if spec["enabled"] and spec["method"] == "draft_model" and not spec["draft_model"]:
-        errors.append(FieldError("speculative.draft_model", "required when method is draft_model"))
+    # Whether a draft shares the main model's tokenizer and vocabulary, and whether the main model has the MTP layers
+    # method mtp runs, is decided on the node, on the files (tokenizer_files.py, checkpoints.py).
+    if spec["enabled"] and spec["method"] in DRAFT_METHODS and not spec["draft_model"]:
+        method = spec["method"]
+        errors.append(FieldError("speculative.draft_model", f"required when method is {method} ({DRAFT_NEED[method]})"))
+    if eng["max_num_batched_tokens"] < eng["max_num_seqs"]:
+        errors.append(
+            FieldError(
+                "engine.max_num_batched_tokens",
+                f"must be at least engine.max_num_seqs ({eng['max_num_seqs']}): vLLM schedules a token of every "
+                "running sequence in one step",
+            )
+        )
     if spec["prompt_lookup_min"] > spec["prompt_lookup_max"]:
         errors.append(
             FieldError(

@@ -1,8 +1,10 @@
 """The sample's GPU figures: utilisation from NVML, SM activity from a DCGM exporter, and why either is absent.
 
-`gpu_util` is NVML's `utilization.gpu`, averaged over the host's GPUs: the share of time *any* kernel ran, which
-a single small kernel keeps at 100 %. GPU memory used is `memory.used / memory.total` from the same lines, the
-host's GPUs together (the leak detector's second input). Both come from one long-running
+`gpu_util` is NVML's `utilization.gpu`, averaged over the GPUs the engine uses (gpu_devices.py says which: its
+workers' own devices, else CUDA_VISIBLE_DEVICES, else the host's only GPU; null with the reason while unknown): the
+share of time *any* kernel ran, which a single small kernel keeps at 100 %. GPU memory used is `memory.used /
+memory.total` of the same GPUs together (the leak detector's second input); a MIG instance's is its workers'
+reading, and it has no utilisation. `devices()` lists each GPU's own figures. Both come from one long-running
 `nvidia-smi --query-gpu=... -l 1` (NVML's own command-line front end; no process spawn per sample), utilisation
 also from an injected reader (`read`), which stands in for the driver where there is none.
 
@@ -25,6 +27,8 @@ from collections.abc import Callable
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
+from engine_node.telemetry.gpu_devices import EngineDevices
 
 log = logging.getLogger("engine_node.telemetry")
 
@@ -80,12 +84,20 @@ def parse_sm_active(text: str) -> list[float]:
 
 
 class GpuUtilisation:
-    """The mean utilization.gpu over the host's GPUs, from a long-running nvidia-smi (restarted if it dies) or from
-    `read`, a callable polled every second that returns {gpu index: utilisation 0..1}."""
+    """The mean utilization.gpu over the engine's GPUs, from a long-running nvidia-smi (restarted if it dies) or from
+    `read`, a callable polled every second that returns {gpu index: utilisation 0..1}. `devices` says which GPUs
+    are the engine's (gpu_devices.resolve_devices); without it, every GPU the readings name."""
 
-    def __init__(self, *, read: Callable[[], dict[int, float]] | None = None, clock=time.monotonic):
+    def __init__(
+        self,
+        *,
+        read: Callable[[], dict[int, float]] | None = None,
+        clock=time.monotonic,
+        devices: Callable[[], EngineDevices] | None = None,
+    ):
         self._read = read
         self._clock = clock
+        self._devices = devices
         self._latest: dict[int, tuple[float, float]] = {}
         self._memory: dict[int, tuple[float, float, float]] = {}
         self._task: asyncio.Task | None = None
@@ -99,22 +111,62 @@ class GpuUtilisation:
         elif shutil.which("nvidia-smi"):
             self._task = asyncio.create_task(self._run())
 
+    def _engine_devices(self) -> EngineDevices | None:
+        return self._devices() if self._devices is not None else None
+
+    def _wanted(self, index: int, engine: EngineDevices | None) -> bool:
+        return engine is None or index in engine.indices
+
     def value(self) -> float | None:
+        engine = self._engine_devices()
         horizon = self._clock() - GPU_STALE_S
-        fresh = [util for at, util in self._latest.values() if at >= horizon]
+        fresh = [util for i, (at, util) in self._latest.items() if at >= horizon and self._wanted(i, engine)]
         return math.fsum(fresh) / len(fresh) if fresh else None
 
     def memory_used(self) -> float | None:
-        """Memory used over memory total of the host's GPUs with a fresh reading (the leak detector's second input);
-        None when there is none."""
+        """Memory used over memory total of the engine's GPUs with a fresh reading, a MIG instance's from its
+        workers (the leak detector's second input); None when there is none."""
+        engine = self._engine_devices()
         horizon = self._clock() - GPU_STALE_S
-        fresh = [(used, total) for at, used, total in self._memory.values() if at >= horizon]
+        fresh = [(u, t) for i, (at, u, t) in self._memory.items() if at >= horizon and self._wanted(i, engine)]
+        for instance in engine.mig if engine is not None else ():
+            total, free = instance.get("device_total_bytes"), instance.get("device_free_bytes")
+            if isinstance(total, int) and isinstance(free, int) and total > 0:
+                fresh.append((float(total - free), float(total)))
         total = math.fsum(t for _, t in fresh)
         return math.fsum(u for u, _ in fresh) / total if total > 0 else None
 
     def reason(self) -> str | None:
         """Why value() is None, or None when it is not."""
-        return None if self.value() is not None else NO_NVML_YET
+        if self.value() is not None:
+            return None
+        engine = self._engine_devices()
+        if engine is not None and not engine.indices:
+            return engine.reason
+        return NO_NVML_YET
+
+    def devices(self) -> list[dict]:
+        """Each of the engine's GPUs with its own figures: NVML index, utilisation and memory used (0..1, None when
+        unknown), and its MIG instances; what /healthz shows."""
+        engine = self._engine_devices()
+        horizon = self._clock() - GPU_STALE_S
+        indices = sorted(engine.indices if engine is not None else set(self._latest) | set(self._memory))
+        rows = []
+        for index in indices:
+            util = self._latest.get(index)
+            memory = self._memory.get(index)
+            rows.append(
+                {
+                    "index": index,
+                    "gpu_util": util[1] if util and util[0] >= horizon else None,
+                    "gpu_memory_used": memory[1] / memory[2] if memory and memory[0] >= horizon else None,
+                }
+            )
+        for instance in engine.mig if engine is not None else ():
+            total, free = instance.get("device_total_bytes"), instance.get("device_free_bytes")
+            used = (total - free) / total if isinstance(total, int) and isinstance(free, int) and total else None
+            rows.append({"uuid": instance.get("device_uuid"), "mig": True, "gpu_util": None, "gpu_memory_used": used})
+        return rows
 
     def feed(self, line: str) -> None:
         parsed = parse_utilisation(line)

@@ -1,12 +1,12 @@
 """The sample's `fragmentation_ratio` on vLLM: the worker extension's reading, cached between reads, or its absence.
 
 vLLM exports no fragmentation series. The automatic-cleanup check (engine_node/cleanup.py) already reads the
-worker extension every CHECK_PERIOD_S (2 s) while the node is online, through one dev-mode `collective_rpc`, to
-decide whether a cleanup is due; the sample shows that same reading, so the 1 Hz sample adds no call to the
-engine. Why one call every 2 s costs the engine nothing measurable: vLLM's engine core answers a utility call
-between two scheduler steps, and in each worker the extension reads the CUDA caching allocator's host-side
-counters (`torch.cuda.memory_stats`: no kernel launch, no device synchronisation), microseconds of work against a
-decode step of milliseconds, once every ~hundreds of steps. A reading older than STALE_S (the check skips reads
+worker extension every CHECK_PERIOD_S (2 s) while the node is online, through one dev-mode `collective_rpc` (with
+no engine-side timeout: engine_node/fragmentation.py), to decide whether a cleanup is due; the sample shows that
+same reading, so the 1 Hz sample adds no call to the engine. What one call every 2 s costs the engine: vLLM's engine
+core answers a utility call between two scheduler steps, and in each worker the extension walks the CUDA caching
+allocator's segment list (`torch.cuda.memory_snapshot` without history: host-side, no kernel launch, no device
+synchronisation) and reports the time it took as `read_ms`. A reading older than STALE_S (the check skips reads
 while the engine drains, restarts or warms up) is not shown.
 
 On the simulator the figure comes from its own `sim:memory_fragmentation_ratio` series (engine_scrape.py), scraped

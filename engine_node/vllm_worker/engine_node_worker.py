@@ -10,10 +10,16 @@ directory (and nothing else) on the engine's PYTHONPATH, and the module imports 
 Results are plain JSON types only (dict, str, int, float, bool, None): collective_rpc results travel from the
 engine core to the API server as msgpack, and a non-serialisable result wedged the engine in our trials.
 Nothing here raises: an error comes back as `{"error": ...}` instead of an exception in the engine core.
+
+`fragmentation_stats` answers, per worker: its rank and device (CUDA ordinal and UUID, so the agent reads NVML for
+the GPU this worker really uses), the KV cache's bytes (found through vLLM's `model_runner.kv_caches`), the
+allocator's raw counters, and `fragmentation` over the memory that is not the KV cache (`workspace_figures`; the
+definition is in docs/runbooks/memory-fragmentation.md), with `read_ms`, what the reading cost the worker.
 """
 
 import contextlib
 import gc
+import time
 
 
 def _request_amx_permission() -> None:
@@ -66,14 +72,87 @@ def _plain_int(value) -> int | None:
     return None if value is None else int(value)
 
 
+def _tensors(value):
+    """Every tensor in vLLM's kv_caches (a list of tensors, or nested lists/tuples/dicts of them)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item)
+    elif hasattr(value, "untyped_storage"):
+        yield value
+
+
+def kv_cache_ranges(worker) -> list[tuple[int, int]]:
+    """(address, bytes) of each distinct storage behind the worker's KV cache (`model_runner.kv_caches`, which vLLM's
+    GPU and CPU model runners both keep); layers that share one allocation count it once."""
+    runner = getattr(worker, "model_runner", None)
+    storages: dict[int, int] = {}
+    for tensor in _tensors(getattr(runner, "kv_caches", None) or []):
+        storage = tensor.untyped_storage()
+        if storage.nbytes():
+            storages[int(storage.data_ptr())] = int(storage.nbytes())
+    return sorted(storages.items())
+
+
+def workspace_figures(segments: list[dict], kv_ranges: list[tuple[int, int]], device_index: int | None = None) -> dict:
+    """Fragmentation of the memory that is not the KV cache, from the caching allocator's segments.
+
+    `segments` is `torch.cuda.memory_snapshot()`'s list (torch.cuda.memory._snapshot documents the format: each
+    segment has address, total_size and blocks, each block a size and a state "active_allocated",
+    "active_awaiting_free" or "inactive"). A segment that holds part of the KV cache is the KV cache's, whole: vLLM
+    allocates the cache once at start-up, sized to fill gpu_memory_utilization, and never frees it. The rest is the
+    workspace (weights, activations, CUDA-graph pools, cached free segments). Its free pieces are the inactive blocks
+    of segments that still hold a live block: memory reserved that a tensor larger than the piece cannot use and
+    empty_cache() cannot return. fragmentation = free pieces / workspace reserved."""
+    kv_reserved = workspace_reserved = workspace_free = 0
+    for segment in segments:
+        if device_index is not None and segment.get("device", device_index) != device_index:
+            continue
+        start, size = int(segment["address"]), int(segment["total_size"])
+        if any(kv_start < start + size and start < kv_start + kv_bytes for kv_start, kv_bytes in kv_ranges):
+            kv_reserved += size
+            continue
+        workspace_reserved += size
+        blocks = segment.get("blocks") or []
+        if any(block["state"] != "inactive" for block in blocks):
+            workspace_free += sum(int(block["size"]) for block in blocks if block["state"] == "inactive")
+    return {
+        "kv_cache_reserved_bytes": kv_reserved,
+        "workspace_reserved_bytes": workspace_reserved,
+        "workspace_free_bytes": workspace_free,
+        "fragmentation": float(workspace_free / workspace_reserved) if workspace_reserved else 0.0,
+    }
+
+
+def _device_uuid(torch, device) -> str | None:
+    """The device's UUID as NVML and nvidia-smi print it: "GPU-..." (a MIG instance's CUDA UUID is its own)."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def _segments(torch) -> list[dict]:
+    """The caching allocator's segments, without allocation history: a walk of its segment list under its lock."""
+    try:
+        return torch.cuda.memory_snapshot(include_traces=False)
+    except TypeError:  # a PyTorch without the include_traces argument
+        return torch.cuda.memory_snapshot()
+
+
 def _stats(worker) -> dict:
     import torch
 
+    started = time.perf_counter()
     cache_config = getattr(worker, "cache_config", None)
+    kv_ranges = kv_cache_ranges(worker)
     stats = {
         "rank": _plain_int(getattr(worker, "rank", None)),
         "kv_blocks": _plain_int(getattr(cache_config, "num_gpu_blocks", None)),
         "block_size": _plain_int(getattr(cache_config, "block_size", None)),
+        "kv_cache_bytes": sum(size for _, size in kv_ranges),
     }
     device = _cuda_device(worker)
     if device is None:
@@ -83,6 +162,8 @@ def _stats(worker) -> dict:
             reserved_bytes=None,
             allocated_bytes=None,
             inactive_split_bytes=None,
+            workspace_reserved_bytes=None,
+            workspace_free_bytes=None,
             fragmentation=None,
         )
         return stats
@@ -90,18 +171,25 @@ def _stats(worker) -> dict:
     reserved = int(memory.get("reserved_bytes.all.current", 0))
     allocated = int(memory.get("allocated_bytes.all.current", 0))
     inactive_split = int(memory.get("inactive_split_bytes.all.current", 0))
+    segments = _segments(torch)
+    free_bytes, total_bytes = torch.cuda.mem_get_info(device)
+    index = int(device.index if device.index is not None else torch.cuda.current_device())
     stats.update(
         device="cuda",
+        device_index=index,
+        device_uuid=_device_uuid(torch, device),
+        device_total_bytes=int(total_bytes),
+        device_free_bytes=int(free_bytes),
         reserved_bytes=reserved,
         allocated_bytes=allocated,
         inactive_split_bytes=inactive_split,
-        # Free pieces of segments that still hold live tensors: neither usable for a larger tensor nor returnable
-        # by empty_cache. (reserved - allocated) would also count whole cached segments, which are reusable.
-        fragmentation=float(inactive_split / reserved) if reserved else 0.0,
-        cached_free_ratio=float((reserved - allocated) / reserved) if reserved else 0.0,
+        # Over all reserved memory, the KV cache included: the figure the threshold must not use (it stays near 0).
+        inactive_split_of_reserved=float(inactive_split / reserved) if reserved else 0.0,
         num_alloc_retries=int(memory.get("num_alloc_retries", 0)),
         num_ooms=int(memory.get("num_ooms", 0)),
+        **workspace_figures(segments, kv_ranges, index),
     )
+    stats["read_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return stats
 
 

@@ -118,7 +118,7 @@ def test_structure_errors_name_the_offending_key(document, expected):
         (
             "engine",
             {"gpu_memory_utilization": 0},
-            "engine.gpu_memory_utilization: must be greater than 0 and at most 1",
+            "engine.gpu_memory_utilization: must be greater than 0 and at most 0.95",
         ),
         ("degradation", {"load_threshold": 0}, "degradation.load_threshold: must be greater than 0 and at most 1"),
         ("max_tokens", {"whitelist": "legal"}, "max_tokens.whitelist: must be a list of names, got a string"),
