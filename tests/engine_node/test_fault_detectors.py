@@ -22,13 +22,16 @@ import urllib.request
 
 import pytest
 
+from controlplane.accounts.models import User
+from controlplane.accounts.roles import Role
 from controlplane.alerts.defaults import install_default_rules
 from controlplane.alerts.evaluation import evaluate
 from controlplane.alerts.models import Alert, AlertRule, AlertRuleVersion
 from controlplane.metrics.models import MetricSample
 from controlplane.metrics.selectors import window_values
-from tests.engine_node.fleet import AgentProcess, Traffic, engine_url
+from tests.engine_node.fleet import AgentProcess, Traffic, engine_url, wait_until
 from tests.engine_node.served_pool import served_pool
+from tests.engine_node.shared_fleet import SharedRows, module_database
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
@@ -58,29 +61,43 @@ DOCUMENT = {
 # lines through 15 s (production: 60 s against 300 s, and 600 s).
 BATCH_WINDOW_S, BATCH_BASELINE_S, LEAK_WINDOW_S = 4, 20, 15
 # Both rules' `for` (10 s and 30 s in the default pack) scaled with their windows: the condition must hold for 5 s.
-# The collapse must fire while it is still the minority of the baseline window (4 + 20 / 2 s after the fault).
 FOR_S = 5
 
 
+@pytest.fixture(scope="module")
+def shared_nodes(django_db_setup, django_db_blocker, tmp_path_factory):
+    """gpu-1 and gpu-2 under steady figures, for both tests. Each node on a daphne process of its own: each process
+    stores its node's samples, the evaluation reads both."""
+    work = tmp_path_factory.mktemp("fleet")
+    with module_database(django_db_blocker):
+        owner = User.objects.create_user(username="fleet-owner", role=Role.SRE)
+        nodes = ("gpu-1", "gpu-2")
+        with served_pool(
+            work, owner, document=DOCUMENT, profile=STEADY_PROFILE, nodes=nodes, reason="detector test", processes=2
+        ) as (agents, _, _):
+            rows = SharedRows()
+            rows.keep()
+            yield agents, rows
+
+
 @pytest.fixture
-def two_nodes(tmp_path, sre, settings):
+def two_nodes(shared_nodes, transactional_db, settings):
+    """The module's nodes, reset: their rows back after the flush, no fault on either engine and its memory
+    allocated afresh (a leak is released only so), the default rules with a short `for`."""
+    agents, rows = shared_nodes
+    rows.restore()
     settings.ALERT_TREND_POINT_S = 1
     settings.ALERT_BATCH_TIMEOUT_WINDOW_S = BATCH_WINDOW_S
     settings.ALERT_BATCH_TIMEOUT_BASELINE_S = BATCH_BASELINE_S
     settings.ALERT_LEAK_WINDOW_S = LEAK_WINDOW_S
-    # Each node on a daphne process of its own: each process stores its node's samples, the evaluation reads both.
-    with served_pool(
-        tmp_path,
-        sre,
-        document=DOCUMENT,
-        profile=STEADY_PROFILE,
-        nodes=("gpu-1", "gpu-2"),
-        reason="detector test",
-        processes=2,
-    ) as (agents, _, _):
-        install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
-        AlertRuleVersion.objects.filter(rule__name__in=["batch-timeout", "gpu-memory-leak"]).update(for_s=FOR_S)
-        yield agents
+    for agent in agents:
+        for method, path in (("DELETE", "/sim/faults"), ("POST", "/sleep"), ("POST", "/wake_up")):
+            urllib.request.urlopen(urllib.request.Request(engine_url(agent) + path, method=method), timeout=10)
+    wait_until(lambda: all(a.health()["status"] == "online" for a in agents), 30, "both nodes serving")
+    install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
+    AlertRuleVersion.objects.filter(rule__name__in=["batch-timeout", "gpu-memory-leak"]).update(for_s=FOR_S)
+    yield agents
+    rows.carry()
 
 
 def set_faults(agent: AgentProcess, faults: dict) -> None:
@@ -122,7 +139,9 @@ def recent(node: str, metric: str, seconds: float) -> list[float]:
 def test_batch_timeouts_with_a_throughput_collapse_fire_on_the_faulty_node_only(two_nodes):
     faulty = two_nodes[0]
     with Traffic(two_nodes, per_agent_threads=12) as traffic:
-        evaluate_for(BATCH_BASELINE_S + BATCH_WINDOW_S + 1)  # the baseline window fills at a steady load
+        # Steady load until the baseline holds more than half its window (the detector's minimum): the collapse
+        # must then fire before it makes up as much of the baseline as the steady load.
+        evaluate_for(BATCH_WINDOW_S + BATCH_BASELINE_S * 0.6 + 1)
         steady = statistics.median(recent("gpu-1", "qps", BATCH_BASELINE_S))
         assert steady > 5, steady
         assert alerts("batch-timeout", "gpu-1") == [] and alerts("batch-timeout", "gpu-2") == []
@@ -149,7 +168,7 @@ def test_batch_timeouts_with_a_throughput_collapse_fire_on_the_faulty_node_only(
 def test_a_gpu_memory_leak_fires_on_the_leaking_node_only(two_nodes):
     leaking = two_nodes[0]
     with Traffic(two_nodes, per_agent_threads=12):
-        evaluate_for(LEAK_WINDOW_S)  # the leak detector's window fills with steady figures
+        evaluate_for(3)  # steady figures before the leak (the detector fits every point of its window)
         before = newest("gpu-1")
         assert before["gpu_memory_used"] == pytest.approx(0.9) and before["gpu_util"] > 0.5, before
         # 50 MB/s on the profile's 16 GiB pretend GPU: 4.6 % more memory over the leak window (the rule warns at 2 %),
