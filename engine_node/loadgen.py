@@ -1,6 +1,11 @@
 """Synthetic chat traffic for demos and load tests: customer-service messages at a steady rate.
 
 `LOADGEN_API_KEY=cpk_... python -m engine_node.loadgen --qps 4 http://127.0.0.1:9101 http://127.0.0.1:9102`
+
+Arrivals are open-loop (sent on schedule, whatever the latency) at `--qps` on average: Poisson by default, as users
+arrive; `--arrivals even` spaces them exactly 1/qps apart, so that a few seconds of traffic carry the same load as
+the next few (a test comparing short windows). Either schedule is kept against the clock: a process starved for a
+moment sends what it owes (a second's worth at most), so the rate holds on a busy machine.
 """
 
 import argparse
@@ -19,6 +24,8 @@ log = logging.getLogger("engine_node.loadgen")
 RETRIES = 2
 MAX_RETRY_WAIT_S = 10
 HEALTH_PERIOD_S = 2.0
+# Arrivals owed after a stall are sent at once, up to this many seconds' worth (the rest are skipped, not queued).
+MAX_CATCH_UP_S = 1.0
 
 MESSAGES = [
     "我的订单 20261111-8842 到哪了？已经三天没动了",
@@ -36,8 +43,14 @@ MESSAGES = [
 ]
 
 
-async def run(urls: list[str], qps: float, model: str, duration_s: float | None, api_key: str = "") -> None:
+ARRIVALS = ("poisson", "even")
+
+
+async def run(
+    urls: list[str], qps: float, model: str, duration_s: float | None, api_key: str = "", arrivals: str = "poisson"
+) -> None:
     rng = random.Random(7)
+    gap = (lambda: rng.expovariate(qps)) if arrivals == "poisson" else (lambda: 1.0 / qps)
     turn = itertools.count()
     # As a load balancer does: only nodes whose /healthz says online get traffic (a warming node says 503).
     online: list[str] = []
@@ -84,7 +97,7 @@ async def run(urls: list[str], qps: float, model: str, duration_s: float | None,
         watcher = asyncio.create_task(watch_health())
         pending: set[asyncio.Task] = set()
         loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = due = loop.time()
         for i in itertools.count():
             if duration_s is not None and loop.time() - started > duration_s:
                 break
@@ -94,7 +107,8 @@ async def run(urls: list[str], qps: float, model: str, duration_s: float | None,
                 task.add_done_callback(pending.discard)
             if i % max(1, int(qps * 30)) == 0 and i:
                 log.info("synthetic traffic: %(ok)d ok, %(failed)d failed, %(retried)d retries", stats)
-            await asyncio.sleep(rng.expovariate(qps))
+            due = max(due + gap(), loop.time() - MAX_CATCH_UP_S)
+            await asyncio.sleep(max(0.0, due - loop.time()))
         watcher.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
@@ -110,7 +124,10 @@ async def healthy(session: aiohttp.ClientSession, url: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m engine_node.loadgen", description=__doc__.splitlines()[0])
     parser.add_argument("urls", nargs="+", help="gateway base URLs of the nodes to load")
-    parser.add_argument("--qps", type=float, default=4.0, help="mean requests per second over all nodes (Poisson)")
+    parser.add_argument("--qps", type=float, default=4.0, help="mean requests per second over all nodes")
+    parser.add_argument(
+        "--arrivals", choices=ARRIVALS, default="poisson", help="Poisson arrivals (default) or evenly spaced ones"
+    )
     parser.add_argument("--model", default="simulated-chat-model", help="model name to send")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: never)")
     parser.add_argument(
@@ -120,7 +137,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s loadgen %(message)s")
-    asyncio.run(_until_stopped(run(args.urls, args.qps, args.model, args.duration, args.api_key)))
+    asyncio.run(_until_stopped(run(args.urls, args.qps, args.model, args.duration, args.api_key, args.arrivals)))
 
 
 async def _until_stopped(work) -> None:

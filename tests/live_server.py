@@ -61,6 +61,11 @@ class Daphne:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to listen (daphnes() starts several at once)."""
         out = open(self.log_path, "a")  # noqa: SIM115 - kept open for the process's life
         self.process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "controlplane.asgi:application"],
@@ -69,6 +74,8 @@ class Daphne:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+    def wait_ready(self) -> None:
         try:
             wait_for_port(self.port, 30, self.process)
         except RuntimeError:
@@ -90,14 +97,17 @@ class Daphne:
 @contextlib.contextmanager
 def daphnes(log_dir: Path, count: int, prefix: str = "cp"):
     """`count` daphne processes on the same test database and Redis, as several ASGI processes behind a load balancer
-    (each logging under log_dir/<prefix>-<i>); all started before the block, all stopped after it."""
+    (each logging under log_dir/<prefix>-<i>); all started together and listening before the block, all stopped
+    after it."""
     servers = []
     for i in range(count):
         (log_dir / f"{prefix}-{i}").mkdir()
         servers.append(Daphne(log_dir / f"{prefix}-{i}"))
     try:
         for server in servers:
-            server.start()
+            server.launch()
+        for server in servers:
+            server.wait_ready()
         yield servers
     finally:
         for server in servers:

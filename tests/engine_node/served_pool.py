@@ -7,7 +7,7 @@ from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.engine_node.fleet import AgentProcess, start_agents, stop_agents, wait_until
 from tests.live_server import daphnes
 
 
@@ -29,9 +29,10 @@ def served_pool(
             for i, name in enumerate(nodes):
                 _, token = node_create(actor=sre, name=name, pool=pool)
                 url = servers[i % processes].ws_agent_url
-                agent = AgentProcess(name=name, token=token, control_plane_url=url, work=tmp_path, profile=profile_path)
-                agents.append(agent)
-                agent.start()
+                agents.append(
+                    AgentProcess(name=name, token=token, control_plane_url=url, work=tmp_path, profile=profile_path)
+                )
+            start_agents(agents)
             pool_publish(actor=sre, pool=pool, version=version, reason=reason)
             wait_until(
                 lambda: EngineNode.objects.filter(applied_hash=version.content_hash).count() == len(nodes),
@@ -40,5 +41,4 @@ def served_pool(
             )
             yield agents, pool, servers[0]
         finally:
-            for agent in agents:
-                agent.stop()
+            stop_agents(agents)

@@ -8,18 +8,22 @@ drain outlasts cleanup.max_duration_s resumes the node, reports failure, and the
 
 import itertools
 import json
+import re
 import threading
-import time
 import urllib.request
 
 import pytest
 
+from controlplane.accounts.models import User
+from controlplane.accounts.roles import Role
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
+from controlplane.nodes.realtime import config_to_nodes
 from controlplane.nodes.services.engine_nodes import node_command_request, node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import AgentProcess, Traffic, engine_url, wait_until
+from tests.engine_node.fleet import AgentProcess, Traffic, engine_url, start_agents, stop_agents, wait_until
+from tests.engine_node.shared_fleet import SharedRows, module_database
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -51,6 +55,15 @@ def document(**cleanup) -> dict:
             "cleanup": {"fragmentation_threshold": 1.0, **cleanup},  # 1.0: no automatic cleanup unless a test asks
         }
     }
+
+
+def operator_cleanups(agent: AgentProcess) -> float:
+    """The agent's own count of the operator's cleanups that succeeded (the fleet outlives a test: it counts on)."""
+    metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
+    found = re.search(
+        r'^engine_node_memory_cleanups_total\{result="succeeded",trigger="operator"\} (\S+)$', metrics, re.M
+    )
+    return float(found.group(1)) if found else 0.0
 
 
 def finished(command: NodeCommand) -> bool:
@@ -101,54 +114,81 @@ def start_slow_request(agent: AgentProcess) -> tuple[threading.Thread, dict]:
     return caller, slow
 
 
-@pytest.fixture
-def fleet(tmp_path, sre):
-    """daphne + pool `staging` with template `chat` v1 (automatic cleanup off) on two agents, gpu-1 and gpu-2."""
-    profile = tmp_path / "fragmenting.yaml"
+@pytest.fixture(scope="module")
+def shared_fleet(django_db_setup, django_db_blocker, tmp_path_factory):
+    """daphne + pool `staging` with template `chat` v1 (automatic cleanup off) on two agents, gpu-1 and gpu-2, for
+    every test here."""
+    work = tmp_path_factory.mktemp("fleet")
+    profile = work / "fragmenting.yaml"
     profile.write_text(FRAGMENTING_PROFILE)
-    server = Daphne(tmp_path)
-    server.start()
-    pool = pool_create(actor=sre, name="staging", is_production=False)
-    # These tests are about every node taking a publish at once, not about canary stages (test_canary_rollout.py).
-    Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
-    template = template_create(actor=sre, name="chat")
-    v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
-    pool_publish(actor=sre, pool=pool, version=v1, reason="first")
+    server = Daphne(work)
     agents = []
-    for name in ("gpu-1", "gpu-2"):
-        _, token = node_create(actor=sre, name=name, pool=pool)
-        agents.append(
-            AgentProcess(
-                name=name,
-                token=token,
-                control_plane_url=server.ws_agent_url,
-                work=tmp_path,
-                backend_args=["--backend", "simulator", "--simulator-profile", str(profile), *SMALL_CONTEXT],
+    with module_database(django_db_blocker):
+        server.start()
+        owner = User.objects.create_user(username="fleet-owner", role=Role.SRE)
+        pool = pool_create(actor=owner, name="staging", is_production=False)
+        # These tests are about every node taking a publish at once, not about canary stages (test_canary_rollout.py).
+        Pool.objects.filter(pk=pool.pk).update(canary_stages=[{"percent": 100}])
+        template = template_create(actor=owner, name="chat")
+        v1 = template_version_create(actor=owner, template=template, document=document(), base_number=None)
+        pool_publish(actor=owner, pool=pool, version=v1, reason="first")
+        backend = ["--backend", "simulator", "--simulator-profile", str(profile), *SMALL_CONTEXT]
+        for name in ("gpu-1", "gpu-2"):
+            _, token = node_create(actor=owner, name=name, pool=pool)
+            url = server.ws_agent_url
+            agents.append(AgentProcess(name=name, token=token, control_plane_url=url, work=work, backend_args=backend))
+        try:
+            start_agents(agents)
+            wait_until(
+                lambda: EngineNode.objects.filter(applied_hash=v1.content_hash, is_connected=True).count() == 2,
+                30,
+                "both agents to connect and apply v1",
             )
+            rows = SharedRows()
+            rows.keep()
+            yield {"server": server, "agents": agents, "rows": rows}
+        finally:
+            stop_agents(agents)
+            server.stop()
+
+
+@pytest.fixture
+def fleet(shared_fleet, transactional_db):
+    """The module's fleet, reset: its rows back after the flush, no fault on either engine, both nodes on v1 again
+    (automatic cleanup off), serving, and no cleanup of a test before under way or on record."""
+    rows, agents = shared_fleet["rows"], shared_fleet["agents"]
+    rows.restore()
+    pool = Pool.objects.select_related("desired_version__template").get(name="staging")
+    v1 = pool.desired_version
+    for agent in agents:
+        clear_faults(agent)
+    behind = [agent for agent in agents if agent.health()["applied"] != str(v1)]
+    if behind:
+        config_to_nodes(
+            list(EngineNode.objects.filter(name__in=[a.name for a in behind]).values_list("pk", flat=True)), v1
         )
-    try:
-        for agent in agents:
-            agent.start()
-        wait_until(
-            lambda: EngineNode.objects.filter(applied_hash=v1.content_hash, is_connected=True).count() == 2,
-            30,
-            "both agents to connect and apply v1",
-        )
-        yield {"server": server, "pool": pool, "template": template, "agents": agents}
-    finally:
-        for agent in agents:
-            agent.stop()
-        server.stop()
+    wait_until(
+        lambda: all(a.health()["applied"] == str(v1) and a.health()["status"] == "online" for a in agents),
+        30,
+        "both nodes back on v1 and serving",
+    )
+    wait_until(lambda: not NodeCommand.objects.filter(finished_at__isnull=True).exists(), 30, "no command under way")
+    NodeCommand.objects.all().delete()  # asked for by the config of a test before
+    yield {"server": shared_fleet["server"], "pool": pool, "template": v1.template, "agents": agents}
+    rows.carry()
 
 
 def test_sre_cleanup_under_traffic_brings_fragmentation_below_the_threshold(fleet, sre):
     agent = fleet["agents"][0]
     node = EngineNode.objects.get(name=agent.name)
+    cleanups_before = operator_cleanups(agent)
     with Traffic(fleet["agents"], per_agent_threads=4, texts=TEXTS) as traffic:
         wait_until(lambda: fragmentation(agent) > THRESHOLD, 30, "fragmentation above 35 % under mixed traffic")
         command = node_command_request(actor=sre, node=node, op="cleanup", reason="fragmentation above 35 %")
         wait_until(lambda: finished(command), 30, "the cleanup to finish")
-        time.sleep(1)  # traffic keeps flowing after the resume
+        # Traffic keeps flowing after the resume: every client's next requests are served too.
+        served = traffic.outcomes[200]
+        wait_until(lambda: traffic.outcomes[200] >= served + 16, 30, "requests after the resume")
     assert command.state == "succeeded", command.result
     result = json.loads(command.result)
     assert result["trigger"] == "operator"
@@ -162,14 +202,15 @@ def test_sre_cleanup_under_traffic_brings_fragmentation_below_the_threshold(flee
     assert agent.health()["status"] == "online"
     entry = AuditEntry.objects.get(action="node.cleanup")
     assert (entry.actor_name, entry.reason, entry.target_id) == ("sre", "fragmentation above 35 %", str(node.pk))
-    metrics = urllib.request.urlopen(f"{agent.url}/metrics", timeout=10).read().decode()
-    assert 'engine_node_memory_cleanups_total{result="succeeded",trigger="operator"} 1.0' in metrics
+    assert operator_cleanups(agent) == cleanups_before + 1
 
 
 def test_automatic_cleanups_of_two_nodes_never_overlap(fleet, sre):
     pool, template, (gpu1, gpu2) = fleet["pool"], fleet["template"], fleet["agents"]
+    # A 3 s cooldown (300 s by default): a node that fragments again within seconds of its cleanup would otherwise
+    # ask for the pool's lease again at once, every time, and the other node, refused, would wait for a gap.
     v2 = template_version_create(
-        actor=sre, template=template, document=document(fragmentation_threshold=0.3, cooldown_s=0), base_number=1
+        actor=sre, template=template, document=document(fragmentation_threshold=0.3, cooldown_s=3), base_number=1
     )
     pool_publish(actor=sre, pool=pool, version=v2, reason="clean up above 30 %")
     wait_until(
@@ -178,6 +219,7 @@ def test_automatic_cleanups_of_two_nodes_never_overlap(fleet, sre):
     cleanups = NodeCommand.objects.filter(op="cleanup", finished_at__isnull=False).select_related("node")
     automatic = cleanups.filter(requested_by__isnull=True)
 
+    logged = gpu2.log_path.stat().st_size
     # gpu-1 holds the pool's lease for several seconds (its cleanup drains a slow request) while gpu-2 fragments.
     set_faults(gpu1, latency_factor=800)
     caller, slow = start_slow_request(gpu1)
@@ -188,7 +230,7 @@ def test_automatic_cleanups_of_two_nodes_never_overlap(fleet, sre):
     assert slow["status"] == 200
     assert held.state == "succeeded", held.result
     assert json.loads(held.result)["drained_s"] > 3
-    assert "cleanup lease refused: gpu-1 of pool staging is cleaning up" in gpu2.log_path.read_text()
+    assert "cleanup lease refused: gpu-1 of pool staging is cleaning up" in gpu2.log_path.read_bytes()[logged:].decode()
     clear_faults(gpu1)
 
     with Traffic([gpu1, gpu2], per_agent_threads=4, texts=TEXTS) as both:
@@ -229,7 +271,7 @@ def test_a_cleanup_whose_drain_outlasts_its_bound_resumes_and_drops_nothing(flee
     v2 = template_version_create(actor=sre, template=template, document=document(max_duration_s=5), base_number=1)
     pool_publish(actor=sre, pool=pool, version=v2, reason="5 s bound")
     wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 30, "ACK of v2")
-    set_faults(agent, latency_factor=2000)  # ~1 s per decode step: 16 tokens take ~16 s, past the 5 s bound
+    set_faults(agent, latency_factor=1250)  # ~0.6 s per decode step: 16 tokens take ~10 s, past the 5 s bound
     caller, slow = start_slow_request(agent)
     command = node_command_request(actor=sre, node=node, op="cleanup", reason="try it under a slow request")
     wait_until(lambda: finished(command), 60, "the cleanup to give up")

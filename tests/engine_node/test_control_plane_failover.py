@@ -17,7 +17,7 @@ from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, log_tail, wait_until
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, Traffic, log_tail, start_agents, stop_agents, wait_until
 from tests.live_server import daphnes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -70,8 +70,7 @@ def two_processes(tmp_path, sre):
                 AgentProcess(name=node.name, token=token, control_plane_url=urls, work=tmp_path, profile=profile)
             )
         try:
-            for agent in agents:
-                agent.start()
+            start_agents(agents)
             wait_until(
                 lambda: EngineNode.objects.filter(is_connected=True).count() == NODES,
                 30,
@@ -80,8 +79,7 @@ def two_processes(tmp_path, sre):
             )
             yield {"servers": servers, "pool": Pool.objects.get(pk=pool.pk), "template": template, "agents": agents}
         finally:
-            for agent in agents:
-                agent.stop()
+            stop_agents(agents)
 
 
 def test_killing_one_process_loses_no_request_and_its_nodes_reconcile_on_the_survivor(two_processes, sre):

@@ -64,7 +64,7 @@ def node(tmp_path, sre):
         name=engine_node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
     )
     try:
-        agent.start()
+        fleet.start_agents([agent])
         wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 1, 30, "the agent to connect")
         yield {"pool": pool, "agent": agent}
     finally:
@@ -194,13 +194,11 @@ def two_nodes(tmp_path, sre):
                 )
             )
         try:
-            for agent in agents:
-                agent.start()
+            fleet.start_agents(agents)
             wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 2, 30, "both agents to connect")
             yield {"pool": Pool.objects.get(pk=pool.pk), "agents": agents}
         finally:
-            for agent in agents:
-                agent.stop()
+            fleet.stop_agents(agents)
 
 
 def test_degradation_restarts_nodes_one_at_a_time_without_speculative_decoding_and_back(two_nodes, sre):

@@ -11,16 +11,19 @@ from tests.engine_node.test_gateway_policy import start_node
 
 pytestmark = pytest.mark.agents
 
-# ~50 ms per token and 150-250 tokens: a stream runs for several seconds, long enough to drop it mid-answer.
+# ~50 ms per token and 60-100 tokens: a stream runs for a few seconds, long enough to drop it mid-answer and come
+# back while it still runs. A reply asked to outlast the 5 s grace sets its length (min_tokens, ignore_eos).
 SLOW_REPLIES = """
 latency:
   time_scale: 5
 reply_length:
-  median: 200
+  median: 80
   sigma: 0.2
-  min: 150
-  max: 250
+  min: 60
+  max: 100
 """
+# ~10 s at ~50 ms a token: still generating when the 5 s grace after a drop runs out.
+OUTLASTS_THE_GRACE = {"min_tokens": 200, "max_tokens": 200, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +66,13 @@ class Stream:
         self.connection.close()
 
 
-def _start(node):
+def _start(node, **params):
     body = {
         "model": "simulated-chat-model",
         "messages": [{"role": "user", "content": "请详细介绍一下你们的退换货流程"}],
         "stream": True,
         "max_tokens": 400,
+        **params,
     }
     return Stream(node, "POST", "/v1/chat/completions", body)
 
@@ -114,7 +118,7 @@ def test_a_stream_dropped_mid_answer_resumes_within_5_s_with_nothing_missing_or_
 
 
 def test_after_5_s_away_the_client_gets_the_interrupted_event(node):
-    first = _start(node)
+    first = _start(node, **OUTLASTS_THE_GRACE)
     session_id = first.response.getheader("X-Session-Id")
     received = []
     for _, chunk in first.events():

@@ -2,7 +2,8 @@
 gateway's classifier is the real one) serves shop messages its classifier is sure of, then the traffic shifts to
 messages it is unsure of. The pool's share below the confidence floor rises in the control plane's pool rows and the
 `intent-drift` and `intent-unsure` alerts fire (control plane on daphne with Postgres, evaluation in-process at 1 Hz,
-the drift windows made short and the rules' `for` set to 0).
+the drift windows made short - a 4 s window against the 12 s before it, over 2 s sample windows - and the rules'
+`for` set to 0).
 
 The messages are picked by the agent's own built-in classifier at the start of the test, so the test follows the
 shipped model: sure ones at or above 0.95, unsure ones under 0.6 (the default floor is 0.8).
@@ -51,10 +52,13 @@ def picked(candidates: list[str], keep) -> list[str]:
     return chosen
 
 
+WINDOW_S, BASELINE_S = 4, 12  # production: 600 s against the 3 h before
+
+
 @pytest.fixture
-def node(tmp_path, sre, settings):
-    settings.ALERT_INTENT_DRIFT_WINDOW_S = 10
-    settings.ALERT_INTENT_DRIFT_BASELINE_S = 30
+def node(tmp_path, sre, settings, short_sample_window):
+    settings.ALERT_INTENT_DRIFT_WINDOW_S = WINDOW_S
+    settings.ALERT_INTENT_DRIFT_BASELINE_S = BASELINE_S
     settings.ALERT_INTENT_DRIFT_MIN_REQUESTS = 20
     with served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="intent drift test") as (agents, _, _):
         install_default_rules(AlertRule, AlertRuleVersion)  # transactional tests empty the migration's pack
@@ -85,7 +89,7 @@ def test_traffic_shifting_to_messages_the_classifier_is_unsure_of_fires_the_drif
     sure = picked(SURE_CANDIDATES, lambda c: c >= 0.95)
     unsure = picked(UNSURE_CANDIDATES, lambda c: c < 0.6)
     with Traffic([node], per_agent_threads=4, texts=sure) as traffic:
-        evaluate_for(35)  # the baseline fills with traffic the model knows
+        evaluate_for(WINDOW_S + BASELINE_S)  # the window and the baseline fill with traffic the model knows
         before = pool_share()
         assert before is not None and before < 0.05, before
         assert firing() == {} and not Alert.objects.filter(rule__name__in=RULES).exists()

@@ -20,13 +20,15 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.nodes.services.version_runs import version_runs_watch
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
+from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, start_agents, wait_until
 from tests.live_server import Daphne
 from tests.periodic import Periodic
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
 
-SOAK_S = 10
+# Seconds a staging node must run a version healthy (300 by default). The run opens once the node reports online (a
+# heartbeat after its ACK, every 2 s) and counts from the ACK: the early publish comes well inside the window.
+SOAK_S = 8
 
 
 def document(**sections) -> dict:
@@ -40,7 +42,7 @@ def Watch() -> Periodic:
 
 @pytest.fixture
 def gate(tmp_path, sre):
-    """daphne; pools staging (soak 10 s) and prod-main; gpu-1 of staging running an agent on the simulator."""
+    """daphne; pools staging (soak 8 s) and prod-main; gpu-1 of staging running an agent on the simulator."""
     profile = tmp_path / "fast.yaml"
     profile.write_text(FAST_PROFILE)
     server = Daphne(tmp_path)
@@ -61,7 +63,7 @@ def gate(tmp_path, sre):
         name=node.name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
     )
     try:
-        agent.start()
+        start_agents([agent])
         wait_until(lambda: EngineNode.objects.filter(is_connected=True).count() == 1, 30, "the agent to connect")
         yield {"staging": staging, "prod": prod, "template": template, "agent": agent}
     finally:
@@ -83,6 +85,7 @@ def test_production_takes_a_version_only_after_staging_ran_it_healthy_and_refuse
     with Watch() as watch:
         pool_publish(actor=sre, pool=staging, version=v1, reason="stage it")
         wait_until(lambda: applied(v1), 60, "gpu-1 to ACK v1")
+        wait_until(lambda: VersionRun.objects.filter(version=v1, state="soaking").exists(), 30, "v1's run to open")
         with pytest.raises(ProductionGateClosed) as early:
             pool_publish(actor=sre, pool=prod, version=v1, reason="too early")
         assert "on staging: gpu-1 for " in early.value.message and f" of {SOAK_S} s" in early.value.message

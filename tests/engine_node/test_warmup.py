@@ -1,8 +1,8 @@
 """Warmup runs on an agent running the simulator, against the real control plane (daphne, Redis, Postgres).
 
-The pool has a warmup dataset of 120 messages. The agent starts with nothing on disk, gets the dataset in answer
+The pool has a warmup dataset of 60 messages. The agent starts with nothing on disk, gets the dataset in answer
 to its hello, replays it before its gate opens, passes and serves. A new cold config (fp8, which this profile
-makes 100 times slower) fails the check over the first 100 requests: the node restarts on the previous config,
+makes 100 times slower) fails the check over the first 40 requests: the node restarts on the previous config,
 warms it up, serves, NACKs the new version with the P99 it saw, and the warmup-failed alert fires.
 """
 
@@ -19,7 +19,7 @@ from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.engine_node.fleet import AgentProcess, wait_until
+from tests.engine_node.fleet import AgentProcess, start_agents, wait_until
 from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.agents]
@@ -35,7 +35,10 @@ reply_length:
 supported_quantizations:
   fp8: 100.0
 """
-WARMUP = {"initial_concurrency": 10, "check_requests": 100, "max_p99_s": 0.5, "step_s": 5, "max_duration_s": 120}
+MESSAGES, CHECKED = 60, 40
+WARMUP = {
+    "initial_concurrency": 10, "check_requests": CHECKED, "max_p99_s": 0.5, "step_s": 5, "max_duration_s": 120
+}  # fmt: skip
 
 
 def document(**engine) -> dict:
@@ -71,7 +74,7 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
     template = template_create(actor=sre, name="chat")
     v1 = template_version_create(actor=sre, template=template, document=document(), base_number=None)
     pool_publish(actor=sre, pool=pool, version=v1, reason="first")
-    csv = "text\n" + "".join(f"我的订单{i}到哪了？\n" for i in range(120))
+    csv = "text\n" + "".join(f"我的订单{i}到哪了？\n" for i in range(MESSAGES))
     dataset = warmup_dataset_create(actor=sre, name="top-queries", content=csv.encode(), fmt="csv")
     pool_warmup_assign(actor=sre, pool=pool, version=dataset.versions.get(number=1), reason="festival warmup")
     _, token = node_create(actor=sre, name="gpu-1", pool=pool)
@@ -84,7 +87,7 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
         queue_timeout_s=60,
     )
     try:
-        agent.start()
+        start_agents([agent])
         wait_until(lambda: node_row("gpu-1").warmup_state == "passed", 60, "a warmup to pass")
         # The start-up warmup passed; v1's engine flags differ from those the node started on, so a config warmup
         # follows. Reports within one batch (0.5 s) are stored newest last, so the start's is read off the node.
@@ -101,7 +104,7 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
         )
         node = node_row("gpu-1")
         assert node.warmup_progress["trigger"] in {"start", "config"}
-        assert node.warmup_progress["done"] == 120 and node.warmup_progress["check_requests"] == 100
+        assert node.warmup_progress["done"] == MESSAGES and node.warmup_progress["check_requests"] == CHECKED
         assert node.warmup_progress["p99"] <= 0.5
         assert agent.chat()[0] == 200
 
@@ -112,7 +115,7 @@ def test_a_node_warms_up_before_serving_and_a_slow_cold_config_rolls_back(tmp_pa
         wait_until(lambda: node_row("gpu-1").last_nack_hash == v2.content_hash, 120, "the NACK of v2")
         node = node_row("gpu-1")
         assert node.last_nack_error.startswith("warmup failed: p99 "), node.last_nack_error
-        assert "> 0.5 s over the first 100 requests" in node.last_nack_error
+        assert f"> 0.5 s over the first {CHECKED} requests" in node.last_nack_error
         assert node.applied_hash == v1.content_hash
         # The NACK is stored at once, warmup reports in 0.5 s batches: the failure's time may land a moment later.
         wait_until(lambda: node_row("gpu-1").warmup_failed_at is not None, 10, "the failed warmup to be stored")

@@ -192,6 +192,54 @@ def test_missing_canary_metrics_hold_then_fail_after_two_windows(canary):
     assert "no canary metrics" in rollout.evidence[-1]["reasons"][-1]
 
 
+def unfinished_samples(name, *, start, seconds):
+    """A node that reports every second with requests in flight, none of which finished within its sample window."""
+    values = {"latency_p99_s": None, "error_rate": None, "rejected_rate": None, "requests_running": 4}
+    MetricSample.objects.bulk_create(
+        MetricSample(scope="node", name=name, pool="staging", t=start + timedelta(seconds=s), resolution_s=1,
+                     values=values)
+        for s in range(seconds)
+    )  # fmt: skip
+
+
+def test_a_canary_slower_than_its_sample_window_fails_as_slow_not_as_silent(canary):
+    """Requests that take longer than the 10 s sample window leave every sample without a P99: that canary is above
+    the 2 s critical line, not missing."""
+    rollout, t0 = acked_window(canary)
+    start = t0 - timedelta(seconds=1)
+    unfinished_samples("gpu-1", start=start, seconds=READY_S + 2)
+    for name in ("gpu-2", "gpu-3", "gpu-4"):
+        samples(name, start=start, seconds=READY_S + 2, p99=0.5)
+    rollout = step(rollout, t0 + timedelta(seconds=READY_S))
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    failed = rollout.evidence[-1]
+    assert failed["verdict"] == "fail" and failed["slow_nodes"] == ["gpu-1"]
+    assert failed["reasons"] == [
+        "canary P99 is above the critical line 2.0 s: gpu-1 finished no request within its 10 s sample windows "
+        "while requests were in flight"
+    ]
+
+
+def test_a_canary_slower_than_a_short_sample_window_holds_as_slow_then_fails(canary, settings):
+    """A sample window shorter than the critical line proves only that the canary is slower than that window."""
+    settings.METRICS_SAMPLE_WINDOW_S = 1
+    rollout, t0 = acked_window(canary)
+    unfinished_samples("gpu-1", start=t0, seconds=1 + 3 * WINDOW_S)
+    for name in ("gpu-2", "gpu-3", "gpu-4"):
+        samples(name, start=t0, seconds=1 + 3 * WINDOW_S, p99=0.5)
+    rollout = step(rollout, t0 + timedelta(seconds=1 + WINDOW_S))
+    held = rollout.evidence[-1]
+    assert rollout.state == Rollout.State.RUNNING and held["verdict"] == "hold"
+    assert held["reasons"] == ["gpu-1 finished no request within its 1 s sample windows while requests were in "
+                               "flight: slower than 1 s"]  # fmt: skip
+    rollout = step(rollout, t0 + timedelta(seconds=1 + 2 * WINDOW_S))
+    assert rollout.state == Rollout.State.ROLLED_BACK
+    assert (
+        rollout.evidence[-1]["reasons"][-1]
+        == "no canary request finished within a sample window for 2 analysis windows"
+    )
+
+
 def test_a_nack_from_the_canary_fails_the_stage_at_once(canary):
     rollout = canary["rollout"]
     gpu1 = EngineNode.objects.get(name="gpu-1")

@@ -28,7 +28,8 @@ from controlplane.nodes.selectors import rollout_summary
 from controlplane.nodes.services.canary_analysis import rollout_analysis
 from controlplane.nodes.services.releases import release_record
 
-# Missing canary metrics hold the stage; after this many windows without them the stage fails.
+# Missing canary metrics (or a canary too slow to finish a request within its sample window) hold the stage; after
+# this many windows of that the stage fails.
 STALE_WINDOWS_TO_FAIL = 2
 
 
@@ -228,7 +229,11 @@ def _step(rollout: Rollout, now: datetime) -> bool:
     evidence = rollout_analysis(rollout=rollout, now=now)
     if evidence["verdict"] == "hold" and held >= STALE_WINDOWS_TO_FAIL * window:
         evidence["verdict"] = "fail"
-        evidence["reasons"].append(f"no canary metrics for {STALE_WINDOWS_TO_FAIL} analysis windows")
+        if evidence.get("slow_nodes"):
+            stale = "no canary request finished within a sample window"
+        else:
+            stale = "no canary metrics"
+        evidence["reasons"].append(f"{stale} for {STALE_WINDOWS_TO_FAIL} analysis windows")
     if evidence["verdict"] == "pass":
         _promote(rollout, evidence)
     elif evidence["verdict"] == "fail":
