@@ -32,9 +32,10 @@ def server_url(django_db_setup, django_db_blocker, tmp_path_factory):
     server.stop()
 
 
-# Module scope: Playwright's sync API keeps an event loop running in this thread until it stops, which
-# would break later tests that call async_to_sync.
-@pytest.fixture(scope="module")
+# Session scope, one Chromium per worker: Playwright's sync API keeps an event loop running in this thread from the
+# first browser test to the end of the session, which would break a later test calling async_to_sync in this thread;
+# none comes later, as tests/conftest.py runs the browser tests after every other test on a worker.
+@pytest.fixture(scope="session")
 def browser():
     playwright_sync = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
@@ -55,6 +56,12 @@ def browser():
         )
         yield browser
         browser.close()
+
+
+@pytest.fixture(autouse=True)
+def repeatable_password_hashes(settings):
+    """The demo users' passwords hashed once per worker, not once a test (tests/browser/passwords.py)."""
+    settings.PASSWORD_HASHERS = ["tests.browser.passwords.RepeatablePBKDF2PasswordHasher"]
 
 
 @pytest.fixture
