@@ -12,7 +12,7 @@ from controlplane.accounts.models import User
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, engine_url, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -51,8 +51,7 @@ def test_sre_cleans_up_a_node_and_a_pool_and_sees_the_figures_live(seeded, serve
     try:
         wait_until(lambda: EngineNode.objects.get(name="gpu-c1").is_connected, 20, "the agent to connect")
         page = new_page()
-        login(page, server_url, "sre")
-        page.goto(f"{server_url}/nodes/gpu-c1/")
+        open_signed_in(page, server_url, "sre", "/nodes/gpu-c1/")
         # The engine stays slow (~5 s a step) until the page has shown the waiting drain, whatever the machine's load.
         caller = slow_request(agent, latency_factor=10_000)
         page.fill("[data-testid=cleanup-reason]", "fragmentation alert on gpu-c1")

@@ -19,7 +19,7 @@ from controlplane.alerts.models import AlertGroup
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
 from tests.live_server import ROOT, free_port, subprocess_database_url
 
@@ -132,8 +132,7 @@ def test_live_charts_node_lost_and_p99_warning_critical_resolution(fleet, server
     wait_until(lambda: all(a.health().get("status") == "online" for a in agents), 60, "three warmed-up nodes")
     with Traffic(agents, per_agent_threads=1):
         page = new_page()
-        login(page, server_url, "oncall")
-        page.goto(f"{server_url}/")
+        open_signed_in(page, server_url, "oncall", "/")
         page.wait_for_function("document.getElementById('chart-qps') && document.getElementById('chart-qps').data")
         points = "document.getElementById('chart-qps').data[0].x.length"
         page.wait_for_function(f"{points} >= 2", timeout=15_000)

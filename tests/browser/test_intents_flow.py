@@ -8,7 +8,7 @@ import pytest
 from controlplane.audit.models import AuditEntry
 from controlplane.datasets.models import IntentDataset, IntentModel, IntentModelRelease
 from engine_node.policy.dataset import LABELS
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.datasets.data import as_csv, easy_rows
 from tests.live_server import Daphne
 
@@ -37,7 +37,7 @@ def upload(page, base: str, name: str, content: bytes, filename: str = "rows.csv
 def test_upload_train_watch_progress_and_publish(seeded, embedded_server_url, new_page, shot):
     base = embedded_server_url
     page = new_page()
-    login(page, base, "sre")
+    open_signed_in(page, base, "sre", "/templates/")
     page.click("nav >> text=Intents")
     assert "shop-intents" in page.locator("[data-testid=datasets]").inner_text()
 

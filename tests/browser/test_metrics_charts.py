@@ -8,7 +8,7 @@ from django.db import connection
 
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import wait_until
 from tests.metrics.fake_agents import FakeAgents
 
@@ -63,7 +63,7 @@ def test_overview_charts_extend_every_second_and_show_a_stalled_stream(seeded, s
     agents.start()
     try:
         page = new_page()
-        login(page, server_url, "oncall")
+        open_signed_in(page, server_url, "oncall", "/")
         page.evaluate("window.notReloaded = true")
         page.locator("#stream-state.flowing").wait_for(timeout=15_000)
         assert "simulated: 1 of 3 nodes" in page.inner_text("[data-testid=simulated-label]").lower()
@@ -137,7 +137,7 @@ def test_a_tab_too_busy_to_read_thins_out_to_the_newest_sample(seeded, server_ur
     agents.start()
     try:
         page = new_page()
-        login(page, server_url, "oncall")
+        open_signed_in(page, server_url, "oncall", "/")
         page.locator("#stream-state.flowing").wait_for(timeout=15_000)
         wait_until(lambda: appended(page) >= 2, 10, "the first live points")
         assert page.locator("#stream-thinned").is_hidden()

@@ -14,7 +14,7 @@ from controlplane.alerts.models import AlertGroup, Silence
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -65,8 +65,7 @@ def test_incident_appears_live_is_acknowledged_silenced_and_resolves(seeded, ser
     page = new_page()
     page.context.grant_permissions(["notifications"], origin=server_url)
     page.add_init_script(RECORD_NOTIFICATIONS)
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/oncall/")
+    open_signed_in(page, server_url, "oncall", "/oncall/")
     page.locator("#live-state.on").wait_for()
     assert page.locator("#no-incidents").is_visible()
     assert "granted" in page.inner_text("#notify-state")

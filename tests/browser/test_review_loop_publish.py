@@ -19,7 +19,7 @@ from controlplane.reviews.models import ReviewItem
 from engine_node.policy.dataset import load_examples
 from engine_node.policy.intent import IntentClassifier
 from tests.browser.conftest import off_this_thread
-from tests.conftest import PASSWORD
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import AgentProcess, wait_until
 from tests.engine_node.served_pool import served_pool
 
@@ -125,14 +125,6 @@ def settled_share(page, agent: AgentProcess, texts: list[str]) -> float:
     return charted_share(page)
 
 
-def sign_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
-
-
 def test_unsure_messages_labelled_trained_and_published_in_the_browser_lower_the_pool_share(
     served, sre, new_page, shot
 ):
@@ -142,8 +134,7 @@ def test_unsure_messages_labelled_trained_and_published_in_the_browser_lower_the
     labels = dict(messages) | MASKED
 
     watch = new_page()  # an on-call engineer's tab on the pool page, open throughout
-    sign_in(watch, server.url, "oncall")
-    watch.goto(f"{server.url}/pools/{pool.name}/")
+    open_signed_in(watch, server.url, "oncall", f"/pools/{pool.name}/")
     watch.locator("#stream-state.flowing").wait_for(timeout=15_000)
     before = settled_share(watch, agent, texts)
     assert before > 0.9, before  # the built-in model is unsure of every one of them
@@ -156,8 +147,7 @@ def test_unsure_messages_labelled_trained_and_published_in_the_browser_lower_the
     intent_dataset_create(actor=sre, name="shop-slice", content=base_dataset_csv(), fmt="csv")
 
     page = new_page()
-    sign_in(page, server.url, "sre")
-    page.goto(f"{server.url}/intents/review/")
+    open_signed_in(page, server.url, "sre", "/intents/review/")
     rows = page.locator("[data-testid=review-pending] tbody tr[data-id]")
     assert rows.count() == ReviewItem.objects.count()
     assert "13812345678" not in page.locator("[data-testid=review-pending]").inner_text()

@@ -15,7 +15,7 @@ from controlplane.reviews.models import ReviewItem
 from engine_node.policy.intent import IntentClassifier
 from engine_node.policy.rules import Policy
 from engine_node.review_sampling import ReviewSampler
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import TEST_CLIENT_KEY, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -56,8 +56,7 @@ def test_unsure_messages_arrive_masked_and_are_labelled_with_the_keyboard(stagin
     # A customer-service agent overrides a conversation's tier; its next message is sampled for that reason, however
     # sure the classifier was.
     page = new_page()
-    login(page, server.url, "agent")
-    page.goto(f"{server.url}/overrides/")
+    open_signed_in(page, server.url, "agent", "/overrides/")
     page.select_option("#override-form select[name=pool]", "staging")
     page.fill("#override-form input[name=conversation]", "conv-review-1")
     page.select_option("#override-form select[name=tier]", "strict")

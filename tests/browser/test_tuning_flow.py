@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.accounts.models import User
 from controlplane.tuning.models import TuningStudy
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import wait_until
 from tests.replays.logs import log_lines, store_log
 
@@ -22,10 +22,9 @@ def test_sre_starts_a_study_follows_it_live_and_finds_the_best_draft(staging_ser
     # Other demo nodes of staging that never connect are left out of the ACK wait (connected nodes only).
     store_log(User.objects.get(username="agent"), log_lines(300))
     page = new_page()
-    login(page, server.url, "sre")
     page_errors = []
     page.on("pageerror", lambda error: page_errors.append(error))
-    page.goto(f"{server.url}/tuning/new/")
+    open_signed_in(page, server.url, "sre", "/tuning/new/")
     pools = page.locator("select[name=pool] option").all_inner_texts()
     assert "staging" in pools and "prod-main" not in pools
     page.select_option("select[name=log]", "festival-log")
