@@ -20,6 +20,7 @@ from engine_node.policy.dataset import load_examples
 from engine_node.policy.intent import IntentClassifier
 from tests.browser.conftest import off_this_thread
 from tests.browser.sessions import open_signed_in
+from tests.conftest import SHORT_SAMPLE_WINDOW_S
 from tests.engine_node.fleet import AgentProcess, wait_until
 from tests.engine_node.served_pool import served_pool
 
@@ -81,7 +82,8 @@ def base_dataset_csv(per_label: int = 120) -> str:
 
 
 @pytest.fixture
-def served(tmp_path, sre):
+def served(tmp_path, sre, short_sample_window):
+    """The pool's nodes and daphne on 2 s sample windows (tests/conftest.py), so a share turns over in seconds."""
     with off_this_thread(
         served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="review loop test")
     ) as served:
@@ -100,7 +102,7 @@ def model_in_use(agent: AgentProcess) -> str:
 
 
 def send_for(agent: AgentProcess, texts: list[str], seconds: float) -> None:
-    """Customers' traffic: the texts in turn for `seconds` (past the node's 10 s sample window)."""
+    """Customers' traffic: the texts in turn for `seconds` (past the node's sample window)."""
     deadline = time.monotonic() + seconds
     sent = 0
     while time.monotonic() < deadline:
@@ -117,8 +119,9 @@ def charted_share(page) -> float | None:
 
 
 def settled_share(page, agent: AgentProcess, texts: list[str]) -> float:
-    """Traffic for 12 s, then the share the pool page charts once a sample has covered only that traffic."""
-    send_for(agent, texts, 12.0)
+    """Traffic for two sample windows and a second, then the share the pool page charts once a sample has covered
+    only that traffic."""
+    send_for(agent, texts, 2 * SHORT_SAMPLE_WINDOW_S + 1)
     wait_until(lambda: agent.health().get("sample"), 10, "a sample")
     share = agent.health()["sample"]["m"]["intent_below_floor_share"]
     wait_until(lambda: charted_share(page) == pytest.approx(share, abs=0.02), 15, f"the chart to show {share}")
