@@ -24,12 +24,20 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture(scope="session")
-def server_url(django_db_setup, django_db_blocker, tmp_path_factory):
-    """daphne serving controlplane.asgi against the test database, for as long as the session runs."""
-    server = Daphne(tmp_path_factory.mktemp("daphne"))
+def control_plane(django_db_setup, django_db_blocker, tmp_path_factory) -> Daphne:
+    """daphne serving controlplane.asgi against the test database, for as long as the session runs. It stores
+    conversation logs in `conversation_log_dir`, where a test that stores one itself points CONVERSATION_LOG_DIR."""
+    directory = tmp_path_factory.mktemp("daphne")
+    server = Daphne(directory, extra_env={"CONVERSATION_LOG_DIR": str(directory / "logs")})
+    server.conversation_log_dir = directory / "logs"
     server.start()
-    yield server.url
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_url(control_plane) -> str:
+    return control_plane.url
 
 
 # Session scope, one Chromium per worker: Playwright's sync API keeps an event loop running in this thread from the
@@ -142,22 +150,19 @@ def seeded():
 
 
 @pytest.fixture
-def staging_served(seeded, tmp_path, settings):
-    """Start daphne (logs stored under tmp_path) and one simulator agent on staging, named as asked, and wait until it
-    serves the pool's version; both stop after the test."""
+def staging_served(seeded, control_plane, tmp_path, settings):
+    """Start one simulator agent on staging against the session's daphne, named as asked, and wait until it serves
+    the pool's version (this process stores conversation logs where daphne reads them); it stops after the test."""
     started = []
 
     def start(node_name: str) -> Daphne:
-        settings.CONVERSATION_LOG_DIR = tmp_path / "logs"
-        server = Daphne(tmp_path, extra_env={"CONVERSATION_LOG_DIR": str(tmp_path / "logs")})
-        server.start()
-        started.append(server)
+        settings.CONVERSATION_LOG_DIR = control_plane.conversation_log_dir
         staging = Pool.objects.get(name="staging")
         _, token = node_create(actor=User.objects.get(username="sre"), name=node_name, pool=staging)
         profile = tmp_path / "fast.yaml"
         profile.write_text(FAST_PROFILE)
         agent = AgentProcess(
-            name=node_name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+            name=node_name, token=token, control_plane_url=control_plane.ws_agent_url, work=tmp_path, profile=profile
         )
         agent.start()
         started.append(agent)
@@ -172,7 +177,7 @@ def staging_served(seeded, tmp_path, settings):
             90,
             "the node to serve the pool's version",
         )
-        return server
+        return control_plane
 
     yield start
     for process in reversed(started):
