@@ -79,8 +79,11 @@ def test_incident_appears_live_is_acknowledged_silenced_and_resolves(seeded, ser
     assert "gpu-b1" in card.locator('[data-field="affected"]').inner_text()
     assert card.locator('[data-field="runbook"]').get_attribute("href") == "/runbooks/node-lost/"
     first = card.locator('[data-field="duration"]').inner_text()
-    page.wait_for_timeout(2100)
-    assert card.locator('[data-field="duration"]').inner_text() != first  # the duration ticks
+    page.wait_for_function(  # the duration ticks
+        'first => document.querySelector(\'[data-testid="incident-node-lost"] [data-field="duration"]\')'
+        ".innerText !== first",
+        arg=first,
+    )
     notes = page.evaluate("window.__notifications")
     assert [n["title"] for n in notes] == ["CRITICAL node-lost in prod-main"]
     # Degrading the pool is an SRE's decision (tests/browser/test_degradation_flow.py): not on on-call's card.

@@ -3,6 +3,7 @@ its pool's desired version (the fleet view, live), why production refuses a vers
 a pool's memory cleanup waits for (the lease another node holds), and what a pending alert waits for."""
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -34,9 +35,9 @@ def start_agents(server_url, tmp_path, pool: str, *names: str) -> list[AgentProc
     agents = []
     for name in names:
         _, token = node_create(actor=sre, name=name, pool=Pool.objects.get(name=pool))
-        agent = AgentProcess(name=name, token=token, control_plane_url=ws_url, work=tmp_path, profile=profile)
-        agent.start()
-        agents.append(agent)
+        agents.append(AgentProcess(name=name, token=token, control_plane_url=ws_url, work=tmp_path, profile=profile))
+    with ThreadPoolExecutor(len(agents)) as starting:  # side by side: each start waits for its gateway's port
+        list(starting.map(AgentProcess.start, agents))
     v1 = Pool.objects.get(name=pool).desired_version.content_hash
     wait_until(
         lambda: (

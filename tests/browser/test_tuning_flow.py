@@ -35,7 +35,7 @@ def test_sre_starts_a_study_follows_it_live_and_finds_the_best_draft(staging_ser
     page.select_option("select[name=sampler]", "grid")
     page.fill("input[name=budget]", "2")
     page.fill("input[name=qps]", "10")
-    page.fill("input[name=duration_s]", "3")
+    page.fill("input[name=duration_s]", "2")
     page.fill("input[name=p99_max_s]", "5")
     page.fill("input[name=error_rate_max]", "0.2")
     page.fill("input[name=label]", "first-turn cap")
