@@ -124,9 +124,9 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
 
         page = new_page()
         open_signed_in(page, server_url, "sre", "/pools/staging/")
-        # gpu-p1's drain waits for it: each step ~2.5 s, so it holds the lease until the engine is sped up again
-        # below, however long a loaded machine takes to show the pages.
-        caller = slow_request(agents[0], latency_factor=20_000)
+        # gpu-p1's drain waits for it: 160 steps of ~0.25 s, so it holds the lease until the engine is sped up again
+        # below (or the agent's drain gives up after 10 s), and then ends within a step.
+        caller = slow_request(agents[0], latency_factor=2_000, tokens=160)
         page.fill("[data-testid=pool-cleanup-reason]", "fragmentation above 35 % on staging")
         page.once("dialog", lambda dialog: dialog.accept())
         page.click("#cleanup-pool")
