@@ -25,11 +25,13 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 @pytest.fixture(scope="session")
 def control_plane(django_db_setup, django_db_blocker, tmp_path_factory) -> Daphne:
-    """daphne serving controlplane.asgi against the test database, for as long as the session runs. It stores
+    """daphne serving controlplane.asgi against the test database, for as long as the session runs, with Celery eager
+    as in `make run` without Redis (training, replays and studies run in the server's own threads). It stores
     conversation logs in `conversation_log_dir`, where a test that stores one itself points CONVERSATION_LOG_DIR."""
     directory = tmp_path_factory.mktemp("daphne")
-    server = Daphne(directory, extra_env={"CONVERSATION_LOG_DIR": str(directory / "logs")})
-    server.conversation_log_dir = directory / "logs"
+    logs = directory / "logs"
+    server = Daphne(directory, extra_env={"CELERY_TASK_ALWAYS_EAGER": "1", "CONVERSATION_LOG_DIR": str(logs)})
+    server.conversation_log_dir = logs
     server.start()
     yield server
     server.stop()
