@@ -13,7 +13,8 @@ events), each event forwarded as it comes; their durable record is the database 
 from collections import Counter
 
 # Unconfirmed frames per connection. The fleet page gets about four frames a second (one per ingestor flush), so a
-# browser that keeps up never reaches this; a stalled one costs at most this many frames in its socket's buffer.
+# browser that keeps up never reaches this; a stalled one costs at most this many frames in its socket's buffer. The
+# consumers take settings.METRICS_LIVE_UNCONFIRMED_FRAMES, whose default this is.
 WINDOW = 8
 RECEIPT_TYPE = "metrics.received"
 

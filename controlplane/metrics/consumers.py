@@ -2,6 +2,8 @@
 
 import json
 
+from django.conf import settings
+
 from controlplane.accounts.roles import Action
 from controlplane.lib import realtime
 from controlplane.lib.consumers import EventConsumer
@@ -30,7 +32,7 @@ class MetricsConsumer(EventConsumer):
             self.group = realtime.metrics_pool_group(kwargs["pool"])
         else:
             self.group = realtime.metrics_fleet_group()
-        self.coalescer = LiveSampleCoalescer()
+        self.coalescer = LiveSampleCoalescer(window=settings.METRICS_LIVE_UNCONFIRMED_FRAMES)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 

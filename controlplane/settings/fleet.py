@@ -48,6 +48,11 @@ if min(ALERT_INTENT_DRIFT_WINDOW_S, ALERT_INTENT_DRIFT_BASELINE_S, ALERT_INTENT_
 METRICS_SAMPLE_WINDOW_S = env_int("METRICS_SAMPLE_WINDOW_S", 10)
 if not 1 <= METRICS_SAMPLE_WINDOW_S <= 300:
     raise EnvError("METRICS_SAMPLE_WINDOW_S must be 1 to 300 seconds (the agents' ENGINE_NODE_SAMPLE_WINDOW_S)")
+# Live charts: sample frames a browser connection may leave unconfirmed before this process keeps only the newest per
+# node, pool and the fleet (controlplane/metrics/coalescing.py). Tests of a tab falling behind set fewer.
+METRICS_LIVE_UNCONFIRMED_FRAMES = env_int("METRICS_LIVE_UNCONFIRMED_FRAMES", 8)
+if METRICS_LIVE_UNCONFIRMED_FRAMES < 1:
+    raise EnvError("METRICS_LIVE_UNCONFIRMED_FRAMES must be at least 1")
 # Metric history: 1 s rows are kept this long (charts up to an hour), 60 s rows this long (up to a week).
 METRICS_RAW_RETENTION_S = env_int("METRICS_RAW_RETENTION_S", 3600)
 METRICS_ROLLUP_RETENTION_S = env_int("METRICS_ROLLUP_RETENTION_S", 7 * 24 * 3600)

@@ -24,17 +24,28 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture(scope="session")
-def server_url(django_db_setup, django_db_blocker, tmp_path_factory):
-    """daphne serving controlplane.asgi against the test database, for as long as the session runs."""
-    server = Daphne(tmp_path_factory.mktemp("daphne"))
+def control_plane(django_db_setup, django_db_blocker, tmp_path_factory) -> Daphne:
+    """daphne serving controlplane.asgi against the test database, for as long as the session runs, with Celery eager
+    as in `make run` without Redis (training, replays and studies run in the server's own threads). It stores
+    conversation logs in `conversation_log_dir`, where a test that stores one itself points CONVERSATION_LOG_DIR."""
+    directory = tmp_path_factory.mktemp("daphne")
+    logs = directory / "logs"
+    server = Daphne(directory, extra_env={"CELERY_TASK_ALWAYS_EAGER": "1", "CONVERSATION_LOG_DIR": str(logs)})
+    server.conversation_log_dir = logs
     server.start()
-    yield server.url
+    yield server
     server.stop()
 
 
-# Module scope: Playwright's sync API keeps an event loop running in this thread until it stops, which
-# would break later tests that call async_to_sync.
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def server_url(control_plane) -> str:
+    return control_plane.url
+
+
+# Session scope, one Chromium per worker: Playwright's sync API keeps an event loop running in this thread from the
+# first browser test to the end of the session, which would break a later test calling async_to_sync in this thread;
+# none comes later, as tests/conftest.py runs the browser tests after every other test on a worker.
+@pytest.fixture(scope="session")
 def browser():
     playwright_sync = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
@@ -55,6 +66,12 @@ def browser():
         )
         yield browser
         browser.close()
+
+
+@pytest.fixture(autouse=True)
+def repeatable_password_hashes(settings):
+    """The demo users' passwords hashed once per worker, not once a test (tests/browser/passwords.py)."""
+    settings.PASSWORD_HASHERS = ["tests.browser.passwords.RepeatablePBKDF2PasswordHasher"]
 
 
 @pytest.fixture
@@ -135,22 +152,19 @@ def seeded():
 
 
 @pytest.fixture
-def staging_served(seeded, tmp_path, settings):
-    """Start daphne (logs stored under tmp_path) and one simulator agent on staging, named as asked, and wait until it
-    serves the pool's version; both stop after the test."""
+def staging_served(seeded, control_plane, tmp_path, settings):
+    """Start one simulator agent on staging against the session's daphne, named as asked, and wait until it serves
+    the pool's version (this process stores conversation logs where daphne reads them); it stops after the test."""
     started = []
 
     def start(node_name: str) -> Daphne:
-        settings.CONVERSATION_LOG_DIR = tmp_path / "logs"
-        server = Daphne(tmp_path, extra_env={"CONVERSATION_LOG_DIR": str(tmp_path / "logs")})
-        server.start()
-        started.append(server)
+        settings.CONVERSATION_LOG_DIR = control_plane.conversation_log_dir
         staging = Pool.objects.get(name="staging")
         _, token = node_create(actor=User.objects.get(username="sre"), name=node_name, pool=staging)
         profile = tmp_path / "fast.yaml"
         profile.write_text(FAST_PROFILE)
         agent = AgentProcess(
-            name=node_name, token=token, control_plane_url=server.ws_agent_url, work=tmp_path, profile=profile
+            name=node_name, token=token, control_plane_url=control_plane.ws_agent_url, work=tmp_path, profile=profile
         )
         agent.start()
         started.append(agent)
@@ -165,7 +179,7 @@ def staging_served(seeded, tmp_path, settings):
             90,
             "the node to serve the pool's version",
         )
-        return server
+        return control_plane
 
     yield start
     for process in reversed(started):

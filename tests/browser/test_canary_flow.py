@@ -14,7 +14,7 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_publish
 from controlplane.params.models import TemplateVersion
 from controlplane.params.services.templates import template_version_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.browser.test_oncall import off_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -53,10 +53,8 @@ def canary_acks() -> None:
 def test_canary_progress_is_live_and_sre_pauses_resumes_and_aborts(seeded, server_url, new_page, shot):
     page = new_page()
     page.on("dialog", lambda dialog: dialog.accept())
-    login(page, server_url, "sre")
-
     # Settings first: one node, then the whole pool, a 60 s window; saved for the next publish.
-    page.goto(f"{server_url}/pools/staging/")
+    open_signed_in(page, server_url, "sre", "/pools/staging/")
     page.locator('[data-testid="canary-settings"] summary').click()
     page.fill('[data-testid="canary-stages-input"]', "1, 100%")
     page.fill('[data-testid="canary-window-input"]', "60")

@@ -12,19 +12,20 @@ from controlplane.accounts.models import User
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, engine_url, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 JSON = {"Content-Type": "application/json"}
 
 
-def slow_request(agent: AgentProcess, latency_factor: float = 400) -> threading.Thread:
-    """A 16-token request on an engine slowed down, so the cleanup's drain takes a few seconds (or, with a large
-    `latency_factor`, until `engine_speed(agent, 1)`)."""
+def slow_request(agent: AgentProcess, latency_factor: float = 400, tokens: int = 16) -> threading.Thread:
+    """A `tokens`-token request on an engine slowed down, so the cleanup's drain takes a few seconds (or, with a
+    large `latency_factor` or many tokens, until `engine_speed(agent, 1)`). A step under way when the engine is sped
+    up again still ends at its slow time: many short steps end the request sooner than few long ones."""
     engine_speed(agent, latency_factor)
-    body = {"model": agent.model, "messages": [{"role": "user", "content": "退货"}], "max_tokens": 16}
-    body.update(min_tokens=16, ignore_eos=True)
+    body = {"model": agent.model, "messages": [{"role": "user", "content": "退货"}], "max_tokens": tokens}
+    body.update(min_tokens=tokens, ignore_eos=True)
     request = urllib.request.Request(
         f"{agent.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=agent.headers
     )
@@ -51,10 +52,10 @@ def test_sre_cleans_up_a_node_and_a_pool_and_sees_the_figures_live(seeded, serve
     try:
         wait_until(lambda: EngineNode.objects.get(name="gpu-c1").is_connected, 20, "the agent to connect")
         page = new_page()
-        login(page, server_url, "sre")
-        page.goto(f"{server_url}/nodes/gpu-c1/")
-        # The engine stays slow (~5 s a step) until the page has shown the waiting drain, whatever the machine's load.
-        caller = slow_request(agent, latency_factor=10_000)
+        open_signed_in(page, server_url, "sre", "/nodes/gpu-c1/")
+        # The engine stays slow (160 steps of ~0.1 s) until the page has shown the waiting drain, whatever the
+        # machine's load (the agent's drain waits 10 s at most).
+        caller = slow_request(agent, latency_factor=1_000, tokens=160)
         page.fill("[data-testid=cleanup-reason]", "fragmentation alert on gpu-c1")
         page.click("#cleanup-memory")
         page.get_by_text("Sent clean up memory to gpu-c1.").wait_for()

@@ -7,15 +7,14 @@ import pytest
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import ClientKey
 from engine_node.client_keys import key_sha256
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_sre_issues_a_key_sees_it_once_and_revokes_it(seeded, server_url, new_page, shot):
     page = new_page()
-    login(page, server_url, "sre")
-    page.goto(f"{server_url}/pools/staging/")
+    open_signed_in(page, server_url, "sre", "/pools/staging/")
     card = page.locator("[data-testid=client-keys]")
     assert "No keys: this pool's nodes answer every /v1 request with 401." in card.inner_text()
 
@@ -54,7 +53,6 @@ def test_sre_issues_a_key_sees_it_once_and_revokes_it(seeded, server_url, new_pa
     shot(page, "76-pool-client-key-revoked")
 
     tuning = new_page()
-    login(tuning, server_url, "agent")
-    tuning.goto(f"{server_url}/pools/staging/")
+    open_signed_in(tuning, server_url, "agent", "/pools/staging/")
     assert "web-chat" in tuning.locator("[data-testid=client-keys]").inner_text()
     assert tuning.locator("#client-key-create").count() == 0

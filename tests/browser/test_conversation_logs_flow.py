@@ -8,7 +8,7 @@ from controlplane.convlogs.models import ConversationLog, LogAnalysis
 from controlplane.convlogs.synthetic import write_log
 from controlplane.nodes.models import Pool
 from controlplane.params.models import TemplateVersion
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +30,7 @@ def cell(row, column: str) -> float:
 def test_upload_analyse_and_accept_the_suggested_cap(seeded, server_url, new_page, shot, report_log):
     base = server_url
     page = new_page()
-    login(page, base, "agent")
+    open_signed_in(page, base, "agent", "/templates/")
     page.click("nav >> text=Logs")
     page.wait_for_url(f"{base}/conversation-logs/")
     form = page.locator("#upload-form")

@@ -11,6 +11,7 @@ from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.params.models import TemplateVersion
+from tests.browser.sessions import open_signed_in
 from tests.factories import ran_healthy
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -98,15 +99,13 @@ def test_edit_validate_save_diff_publish_and_roll_back(seeded, server_url, new_p
     assert page.locator("#publish-form").count() == 0
 
     sre = new_page()
-    login(sre, server_url, "sre")
+    open_signed_in(sre, server_url, "sre", "/pools/prod-main/")
     # An on-call engineer watching prod-main sees the releases arrive without reloading.
     watcher = new_page()
-    login(watcher, server_url, "oncall")
-    watcher.goto(f"{server_url}/pools/prod-main/")
+    open_signed_in(watcher, server_url, "oncall", "/pools/prod-main/")
     watcher.locator("#live-state.on").wait_for()
 
     # Production refuses a version that never ran on a non-production pool.
-    sre.goto(f"{server_url}/pools/prod-main/")
     sre.once("dialog", lambda dialog: dialog.accept())
     sre.select_option("#publish-form select[name=version]", "chat-default:2")
     sre.fill("#publish-form textarea[name=reason]", "festival tuning")

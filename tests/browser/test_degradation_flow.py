@@ -10,7 +10,7 @@ from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.operations.models import DegradationEvent, PoolDegradation
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.browser.test_oncall import off_thread, set_connected
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -25,8 +25,7 @@ def switch(page, button: str, reason: str) -> None:
 
 def test_sre_degrades_a_pool_sees_the_banner_everywhere_and_ends_it(seeded, server_url, new_page, shot):
     page = new_page()
-    login(page, server_url, "sre")
-    page.goto(f"{server_url}/pools/staging/")
+    open_signed_in(page, server_url, "sre", "/pools/staging/")
     card = page.locator("[data-testid=degradation]")
     assert card.locator("[data-testid=degradation-state]").inner_text() == "Not degraded."
     assert page.locator("[data-testid=degraded-banner]").count() == 0
@@ -121,7 +120,6 @@ def test_sre_degrades_a_pool_sees_the_banner_everywhere_and_ends_it(seeded, serv
 def test_oncall_sees_no_degrade_button(seeded, server_url, new_page):
     """Degrading is an operator's decision (SRE, admin): on-call acknowledges and silences."""
     page = new_page()
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/pools/staging/")
+    open_signed_in(page, server_url, "oncall", "/pools/staging/")
     assert page.locator("[data-testid=degradation-state]").inner_text() == "Not degraded."
     assert page.locator("#degradation-enter").count() == 0

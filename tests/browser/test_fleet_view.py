@@ -6,7 +6,8 @@ import pytest
 from openai import OpenAI
 
 from controlplane.nodes.models import EngineNode
-from tests.browser.test_dashboard_flow import login, publish
+from tests.browser.sessions import open_signed_in
+from tests.browser.test_dashboard_flow import publish
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -14,8 +15,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def test_registered_node_comes_online_and_follows_a_publish_live(seeded, server_url, new_page, shot, tmp_path):
     page = new_page()
-    login(page, server_url, "sre")
-    page.goto(f"{server_url}/fleet/")
+    open_signed_in(page, server_url, "sre", "/fleet/")
     page.fill("input[name=name]", "gpu-a1")
     page.select_option("select[name=pool]", "staging")
     page.click("text=Register and issue a token")
@@ -40,8 +40,7 @@ def test_registered_node_comes_online_and_follows_a_publish_live(seeded, server_
 
         # The node page tells a client where to send requests and which model to name; both work as shown.
         node_page = new_page()
-        login(node_page, server_url, "oncall")
-        node_page.goto(f"{server_url}/nodes/gpu-a1/")
+        open_signed_in(node_page, server_url, "oncall", "/nodes/gpu-a1/")
         base_url = node_page.locator("[data-testid=gateway-url]").inner_text()
         model = node_page.locator("[data-testid=served-model-name]").inner_text()
         assert (base_url, model) == (f"{agent.url}/v1", agent.model)
@@ -56,8 +55,7 @@ def test_registered_node_comes_online_and_follows_a_publish_live(seeded, server_
         assert reply.choices[0].message.content
 
         operator = new_page()
-        login(operator, server_url, "sre")
-        operator.goto(f"{server_url}/templates/chat-default/edit/")
+        open_signed_in(operator, server_url, "sre", "/templates/chat-default/edit/")
         editor = operator.locator("#document")
         editor.fill(editor.input_value().replace("timeout_ms: 50", "timeout_ms: 45"))
         operator.click("#save")

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.impact.test_services import pool_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -71,8 +71,7 @@ def record_history(settings) -> None:
 def test_field_page_charts_the_value_against_p99_and_lists_outcomes(seeded, server_url, new_page, shot, settings):
     record_history(settings)
     page = new_page()
-    login(page, server_url, "agent")
-    page.goto(f"{server_url}/impact/?field=batch.max_size&template=batching")
+    open_signed_in(page, server_url, "agent", "/impact/?field=batch.max_size&template=batching")
     rows = page.locator("[data-testid=impact-records] tbody tr")
     assert rows.count() == 2
     assert [
@@ -131,8 +130,7 @@ def test_markup_in_reasons_and_values_stays_text_in_the_chart(seeded, server_url
     thread.start()
     thread.join()
     page = new_page()
-    login(page, server_url, "agent")
-    page.goto(f"{server_url}/params/fields/temperature.strict_patterns/?pool=hostile")
+    open_signed_in(page, server_url, "agent", "/params/fields/temperature.strict_patterns/?pool=hostile")
     page.wait_for_function("document.querySelector('#field-chart .main-svg') !== null")
     page.evaluate("Plotly.Fx.hover('field-chart', [{curveNumber: 0, pointNumber: 1}])")
     page.wait_for_selector("#field-chart .hoverlayer .hovertext")

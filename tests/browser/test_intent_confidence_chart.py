@@ -3,7 +3,7 @@ share below the floor, weighted by each node's classified requests, live from th
 
 import pytest
 
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.browser.test_metrics_charts import appended, register_nodes
 from tests.engine_node.fleet import wait_until
 from tests.metrics.fake_agents import FakeAgents
@@ -42,8 +42,7 @@ def test_the_pool_page_charts_its_share_below_the_floor_and_the_confidence_histo
     agents.start()
     try:
         page = new_page()
-        login(page, server_url, "oncall")
-        page.goto(f"{server_url}/pools/prod-main/")
+        open_signed_in(page, server_url, "oncall", "/pools/prod-main/")
         page.locator("#stream-state.flowing").wait_for(timeout=15_000)
         wait_until(lambda: appended(page) >= 3 and last_y(page, 10) is not None, 15, "intent points")
         names = page.evaluate("document.getElementById('chart-intent').data.map(t => t.name)")

@@ -8,20 +8,10 @@ import pytest
 from controlplane.audit.models import AuditEntry
 from controlplane.datasets.models import IntentDataset, IntentModel, IntentModelRelease
 from engine_node.policy.dataset import LABELS
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.datasets.data import as_csv, easy_rows
-from tests.live_server import Daphne
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def embedded_server_url(django_db_setup, django_db_blocker, tmp_path_factory):
-    """daphne with Celery eager, as in `make run` without Redis: training runs in the server's own thread."""
-    server = Daphne(tmp_path_factory.mktemp("daphne-intents"), extra_env={"CELERY_TASK_ALWAYS_EAGER": "1"})
-    server.start()
-    yield server.url
-    server.stop()
 
 
 def upload(page, base: str, name: str, content: bytes, filename: str = "rows.csv") -> None:
@@ -34,10 +24,10 @@ def upload(page, base: str, name: str, content: bytes, filename: str = "rows.csv
     page.wait_for_load_state()
 
 
-def test_upload_train_watch_progress_and_publish(seeded, embedded_server_url, new_page, shot):
-    base = embedded_server_url
+def test_upload_train_watch_progress_and_publish(seeded, server_url, new_page, shot):
+    base = server_url
     page = new_page()
-    login(page, base, "sre")
+    open_signed_in(page, base, "sre", "/templates/")
     page.click("nav >> text=Intents")
     assert "shop-intents" in page.locator("[data-testid=datasets]").inner_text()
 

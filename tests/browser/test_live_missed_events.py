@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from controlplane.lib import event_sequence, realtime
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -47,8 +47,7 @@ def send_numbered(number: int) -> None:
 
 def test_a_dropped_event_turns_live_into_missed_and_a_click_reloads(seeded, server_url, new_page, shot):
     page = new_page()
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/fleet/")
+    open_signed_in(page, server_url, "oncall", "/fleet/")
     badge = page.locator("#live-state")
     page.locator("#live-state.on").wait_for()
     received = []
@@ -79,7 +78,7 @@ def test_an_event_sent_between_the_render_and_the_subscription_counts_as_missed(
     """The page carries the numbers its view read before the state; the socket, once subscribed, hears the number
     taken so far. An event sent in between reached no socket of this page, and no later event has to come to say so."""
     page = new_page()
-    login(page, server_url, "oncall")
+    open_signed_in(page, server_url, "oncall", "/templates/")
 
     dropped = []
 

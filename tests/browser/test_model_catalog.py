@@ -7,14 +7,14 @@ from controlplane.audit.models import AuditEntry
 from controlplane.catalog.models import ModelEntry
 from controlplane.params.models import ParameterTemplate
 from controlplane.params.services.templates import template_version_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_register_edit_and_trust_a_model(seeded, server_url, new_page, shot):
     page = new_page()
-    login(page, server_url, "sre")
+    open_signed_in(page, server_url, "sre", "/templates/")
     page.click("nav >> text=Models")
     page.wait_for_url(f"{server_url}/models/")
     assert "Qwen/Qwen3-0.6B" in page.locator('tr[data-model="qwen3-0.6b"]').inner_text()
@@ -68,8 +68,7 @@ def test_register_edit_and_trust_a_model(seeded, server_url, new_page, shot):
     page.go_back()
 
     admin = new_page()
-    login(admin, server_url, "admin")
-    admin.goto(f"{server_url}/models/tiny/")
+    open_signed_in(admin, server_url, "admin", "/models/tiny/")
     form = admin.locator("#model-form")
     form.locator("[data-testid=trust-remote-code]").check()
     form.locator("input[name=reason]").fill("reviewed the repository's modelling code")

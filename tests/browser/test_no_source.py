@@ -15,7 +15,7 @@ from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
 from engine_node.telemetry import memory
 from tests.alerts.test_no_source import agent_sample
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.browser.test_oncall import off_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -33,8 +33,7 @@ def test_no_source_is_shown_once_per_node(seeded, server_url, new_page, shot):
 
     off_thread(register)
     page = new_page()
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/oncall/")
+    open_signed_in(page, server_url, "oncall", "/oncall/")
     section = page.locator("[data-testid=no-source]")
     assert section.locator("[data-node=cpu-b1]").count() == 1
     text = section.locator("[data-node=cpu-b1]").inner_text()

@@ -14,7 +14,7 @@ from controlplane.alerts.models import AlertGroup, Silence
 from controlplane.audit.models import AuditEntry
 from controlplane.nodes.models import EngineNode, Pool
 from controlplane.nodes.services.engine_nodes import node_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -65,8 +65,7 @@ def test_incident_appears_live_is_acknowledged_silenced_and_resolves(seeded, ser
     page = new_page()
     page.context.grant_permissions(["notifications"], origin=server_url)
     page.add_init_script(RECORD_NOTIFICATIONS)
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/oncall/")
+    open_signed_in(page, server_url, "oncall", "/oncall/")
     page.locator("#live-state.on").wait_for()
     assert page.locator("#no-incidents").is_visible()
     assert "granted" in page.inner_text("#notify-state")
@@ -80,8 +79,11 @@ def test_incident_appears_live_is_acknowledged_silenced_and_resolves(seeded, ser
     assert "gpu-b1" in card.locator('[data-field="affected"]').inner_text()
     assert card.locator('[data-field="runbook"]').get_attribute("href") == "/runbooks/node-lost/"
     first = card.locator('[data-field="duration"]').inner_text()
-    page.wait_for_timeout(2100)
-    assert card.locator('[data-field="duration"]').inner_text() != first  # the duration ticks
+    page.wait_for_function(  # the duration ticks
+        'first => document.querySelector(\'[data-testid="incident-node-lost"] [data-field="duration"]\')'
+        ".innerText !== first",
+        arg=first,
+    )
     notes = page.evaluate("window.__notifications")
     assert [n["title"] for n in notes] == ["CRITICAL node-lost in prod-main"]
     # Degrading the pool is an SRE's decision (tests/browser/test_degradation_flow.py): not on on-call's card.

@@ -4,14 +4,14 @@ import pytest
 
 from controlplane.audit.models import AuditEntry
 from controlplane.operations.models import ConversationOverride
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_set_and_revoke_an_override_and_read_the_audit_log(seeded, server_url, new_page, shot):
     page = new_page()
-    login(page, server_url, "agent")
+    open_signed_in(page, server_url, "agent", "/templates/")
     page.click("nav >> text=Overrides")
     page.wait_for_url(f"{server_url}/overrides/")
     assert "No override is in effect" in page.locator("[data-testid=overrides]").inner_text()

@@ -3,6 +3,7 @@ its pool's desired version (the fleet view, live), why production refuses a vers
 a pool's memory cleanup waits for (the lease another node holds), and what a pending alert waits for."""
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -18,8 +19,9 @@ from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.params.models import ParameterTemplate
 from controlplane.params.services.templates import template_version_create
 from tests.alerts.conftest import blank_sample
+from tests.browser.sessions import open_signed_in
 from tests.browser.test_cleanup_flow import engine_speed, slow_request
-from tests.browser.test_dashboard_flow import login, off_thread, publish
+from tests.browser.test_dashboard_flow import off_thread, publish
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.agents, pytest.mark.django_db(transaction=True)]
@@ -33,9 +35,9 @@ def start_agents(server_url, tmp_path, pool: str, *names: str) -> list[AgentProc
     agents = []
     for name in names:
         _, token = node_create(actor=sre, name=name, pool=Pool.objects.get(name=pool))
-        agent = AgentProcess(name=name, token=token, control_plane_url=ws_url, work=tmp_path, profile=profile)
-        agent.start()
-        agents.append(agent)
+        agents.append(AgentProcess(name=name, token=token, control_plane_url=ws_url, work=tmp_path, profile=profile))
+    with ThreadPoolExecutor(len(agents)) as starting:  # side by side: each start waits for its gateway's port
+        list(starting.map(AgentProcess.start, agents))
     v1 = Pool.objects.get(name=pool).desired_version.content_hash
     wait_until(
         lambda: (
@@ -68,11 +70,10 @@ def test_the_fleet_says_why_a_node_is_not_on_the_desired_version_and_production_
         off_thread(lambda: template_version_create(actor=sre, template=template, document=document, base_number=1))
 
         fleet = new_page()
-        login(fleet, server_url, "oncall")
-        fleet.goto(f"{server_url}/fleet/")
+        open_signed_in(fleet, server_url, "oncall", "/fleet/")
         fleet.locator("#live-state.on").wait_for()
         operator = new_page()
-        login(operator, server_url, "sre")
+        open_signed_in(operator, server_url, "sre", "/templates/")
         publish(operator, server_url, "staging", "chat-default:2", "longer context for the festival")
 
         # The fleet page reloads on the release, then follows the node's NACK live.
@@ -118,16 +119,14 @@ def test_a_pool_cleanup_shows_the_node_waiting_for_the_lease_and_follows_it_live
     agents = start_agents(server_url, tmp_path, "staging", "gpu-p1", "gpu-p2")
     try:
         node_page = new_page()  # an on-call engineer watching gpu-p2
-        login(node_page, server_url, "oncall")
-        node_page.goto(f"{server_url}/nodes/gpu-p2/")
+        open_signed_in(node_page, server_url, "oncall", "/nodes/gpu-p2/")
         node_page.locator("#live-state.on").wait_for()
 
         page = new_page()
-        login(page, server_url, "sre")
-        page.goto(f"{server_url}/pools/staging/")
-        # gpu-p1's drain waits for it: each step ~2.5 s, so it holds the lease until the engine is sped up again
-        # below, however long a loaded machine takes to show the pages.
-        caller = slow_request(agents[0], latency_factor=20_000)
+        open_signed_in(page, server_url, "sre", "/pools/staging/")
+        # gpu-p1's drain waits for it: 160 steps of ~0.25 s, so it holds the lease until the engine is sped up again
+        # below (or the agent's drain gives up after 10 s), and then ends within a step.
+        caller = slow_request(agents[0], latency_factor=2_000, tokens=160)
         page.fill("[data-testid=pool-cleanup-reason]", "fragmentation above 35 % on staging")
         page.once("dialog", lambda dialog: dialog.accept())
         page.click("#cleanup-pool")
@@ -170,8 +169,7 @@ def test_the_on_call_page_says_what_a_pending_alert_waits_for(seeded, server_url
         assert evaluate_claimed(now=now).claimed
 
     page = new_page()
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/oncall/")
+    open_signed_in(page, server_url, "oncall", "/oncall/")
     page.locator("#live-state.on").wait_for()
     off_thread(pending_p99)
     row = page.locator("#pending tr", has_text="p99-latency")

@@ -7,7 +7,7 @@ from controlplane.nodes.models import EngineNode, Pool
 from controlplane.params.models import TemplateVersion
 from controlplane.params.services.templates import template_version_create
 from controlplane.replays.comparison_models import ReplayComparison
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.replays.factories import finished_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -34,8 +34,7 @@ def test_compare_two_runs_and_read_the_verdict(seeded, server_url, new_page, sho
     fast = finished_run(actor=agent, pool=staging, version=tuned, median_s=0.55, n=1500, seed=2)
 
     page = new_page()
-    login(page, server_url, "agent")
-    page.goto(f"{server_url}/replays/comparisons/")
+    open_signed_in(page, server_url, "agent", "/replays/comparisons/")
     form = page.locator("[data-testid=compare-form]")
     form.locator(f'input[name=runs][value="{slow.pk}"]').check()
     form.locator(f'input[name=runs][value="{fast.pk}"]').check()
@@ -96,8 +95,7 @@ def test_hostile_labels_stay_text_in_the_charts(seeded, server_url, new_page):
     page = new_page()
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/replays/comparisons/{comparison.pk}/")
+    open_signed_in(page, server_url, "oncall", f"/replays/comparisons/{comparison.pk}/")
     page.locator("#chart-cdf[data-drawn='1'] .main-svg").first.wait_for()
     page.locator("#chart-intents[data-drawn='1'] .main-svg").first.wait_for()
     assert page.locator("#chart-cdf a, #chart-intents a, main img").count() == 0
@@ -123,8 +121,7 @@ def test_ladder_runs_compare_their_sustained_qps_and_first_rounds(seeded, server
     sustained = [run["figures"]["ladder"]["sustained_qps"] for run in comparison.result["runs"]]
 
     page = new_page()
-    login(page, server_url, "oncall")
-    page.goto(f"{server_url}/replays/comparisons/{comparison.pk}/")
+    open_signed_in(page, server_url, "oncall", f"/replays/comparisons/{comparison.pk}/")
     verdict = page.locator("[data-testid=verdict] p").first.inner_text()
     assert f"sustains {sustained[1]:g} QPS and run {low.pk} (chat-default v2) {sustained[0]:g} QPS" in verdict
     row = page.locator(f'[data-testid=slo-table] tr[data-run="{high.pk}"]').inner_text()

@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.accounts.models import User
 from controlplane.replays.models import ReplayRequest, ReplayRun
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import wait_until
 from tests.replays.logs import log_lines, store_log
 
@@ -21,8 +21,7 @@ def test_agent_starts_a_replay_follows_it_live_and_cancels_it(staging_served, ne
     server = staging_served("gpu-r1")
     store_log(User.objects.get(username="agent"), log_lines(600))
     page = new_page()
-    login(page, server.url, "agent")
-    page.goto(f"{server.url}/replays/new/")
+    open_signed_in(page, server.url, "agent", "/replays/new/")
     page.select_option("select[name=pool]", "prod-main")
     page.select_option("select[name=log]", "festival-log")
     page.fill("input[name=qps]", "10")

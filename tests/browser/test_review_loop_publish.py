@@ -19,7 +19,8 @@ from controlplane.reviews.models import ReviewItem
 from engine_node.policy.dataset import load_examples
 from engine_node.policy.intent import IntentClassifier
 from tests.browser.conftest import off_this_thread
-from tests.conftest import PASSWORD
+from tests.browser.sessions import open_signed_in
+from tests.conftest import SHORT_SAMPLE_WINDOW_S
 from tests.engine_node.fleet import AgentProcess, wait_until
 from tests.engine_node.served_pool import served_pool
 
@@ -81,7 +82,8 @@ def base_dataset_csv(per_label: int = 120) -> str:
 
 
 @pytest.fixture
-def served(tmp_path, sre):
+def served(tmp_path, sre, short_sample_window):
+    """The pool's nodes and daphne on 2 s sample windows (tests/conftest.py), so a share turns over in seconds."""
     with off_this_thread(
         served_pool(tmp_path, sre, document=DOCUMENT, profile=PROFILE, reason="review loop test")
     ) as served:
@@ -100,7 +102,7 @@ def model_in_use(agent: AgentProcess) -> str:
 
 
 def send_for(agent: AgentProcess, texts: list[str], seconds: float) -> None:
-    """Customers' traffic: the texts in turn for `seconds` (past the node's 10 s sample window)."""
+    """Customers' traffic: the texts in turn for `seconds` (past the node's sample window)."""
     deadline = time.monotonic() + seconds
     sent = 0
     while time.monotonic() < deadline:
@@ -117,20 +119,13 @@ def charted_share(page) -> float | None:
 
 
 def settled_share(page, agent: AgentProcess, texts: list[str]) -> float:
-    """Traffic for 12 s, then the share the pool page charts once a sample has covered only that traffic."""
-    send_for(agent, texts, 12.0)
+    """Traffic for two sample windows and a second, then the share the pool page charts once a sample has covered
+    only that traffic."""
+    send_for(agent, texts, 2 * SHORT_SAMPLE_WINDOW_S + 1)
     wait_until(lambda: agent.health().get("sample"), 10, "a sample")
     share = agent.health()["sample"]["m"]["intent_below_floor_share"]
     wait_until(lambda: charted_share(page) == pytest.approx(share, abs=0.02), 15, f"the chart to show {share}")
     return charted_share(page)
-
-
-def sign_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
 
 
 def test_unsure_messages_labelled_trained_and_published_in_the_browser_lower_the_pool_share(
@@ -142,8 +137,7 @@ def test_unsure_messages_labelled_trained_and_published_in_the_browser_lower_the
     labels = dict(messages) | MASKED
 
     watch = new_page()  # an on-call engineer's tab on the pool page, open throughout
-    sign_in(watch, server.url, "oncall")
-    watch.goto(f"{server.url}/pools/{pool.name}/")
+    open_signed_in(watch, server.url, "oncall", f"/pools/{pool.name}/")
     watch.locator("#stream-state.flowing").wait_for(timeout=15_000)
     before = settled_share(watch, agent, texts)
     assert before > 0.9, before  # the built-in model is unsure of every one of them
@@ -156,8 +150,7 @@ def test_unsure_messages_labelled_trained_and_published_in_the_browser_lower_the
     intent_dataset_create(actor=sre, name="shop-slice", content=base_dataset_csv(), fmt="csv")
 
     page = new_page()
-    sign_in(page, server.url, "sre")
-    page.goto(f"{server.url}/intents/review/")
+    open_signed_in(page, server.url, "sre", "/intents/review/")
     rows = page.locator("[data-testid=review-pending] tbody tr[data-id]")
     assert rows.count() == ReviewItem.objects.count()
     assert "13812345678" not in page.locator("[data-testid=review-pending]").inner_text()

@@ -12,7 +12,7 @@ from controlplane.nodes.models import EngineNode, NodeCommand
 from controlplane.nodes.services.engine_nodes import node_create
 from controlplane.nodes.services.pools import pool_create, pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import AgentProcess, Traffic, wait_until
 from tests.engine_node.test_fleet_speculation import BAD, RULE
 
@@ -66,8 +66,7 @@ def test_the_node_page_shows_the_rule_turning_speculation_off(seeded, server_url
         assert traffic.failed == 0, traffic.outcomes
 
         page = new_page()
-        login(page, server_url, "sre")
-        page.goto(f"{server_url}/nodes/gpu-s1/")
+        open_signed_in(page, server_url, "sre", "/nodes/gpu-s1/")
         cell = page.locator("[data-testid=speculation-cell]")
         assert cell.locator(".badge").text_content() == "off"
         change = page.locator("[data-testid=speculation-change]").inner_text()

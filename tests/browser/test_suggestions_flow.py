@@ -14,7 +14,7 @@ from controlplane.nodes.models import Pool
 from controlplane.params.models import TemplateVersion
 from controlplane.params.services.templates import template_version_create
 from tests.advice.builders import steady_rows, window_rows
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -57,8 +57,7 @@ def test_parameter_page_to_record_to_suggestion_to_draft_version(seeded, server_
     window_rows("staging", seconds=180, long_request_share=0.08, length_hist={"le1k": 90, "le2k": 6, "gt2k": 4})
 
     page = new_page()
-    login(page, server_url, "agent")
-    page.goto(f"{server_url}/params/fields/batch.max_size/")
+    open_signed_in(page, server_url, "agent", "/params/fields/batch.max_size/")
     shot(page, "suggestions-1-parameter-page")
     page.locator(f"a[href='/impact/{record.pk}/']").first.click()
     page.wait_for_url(f"{server_url}/impact/{record.pk}/")
@@ -105,7 +104,6 @@ def test_parameter_page_to_record_to_suggestion_to_draft_version(seeded, server_
     shot(page, "suggestions-6-template-page")
 
     oncall = new_page()
-    login(oncall, server_url, "oncall")
-    oncall.goto(f"{server_url}/pools/staging/")
+    open_signed_in(oncall, server_url, "oncall", "/pools/staging/")
     assert oncall.locator("[data-testid=suggestions] article").count() == 2
     assert oncall.locator("[data-testid=suggestion-open]").count() == 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,8 +25,7 @@ def _value(page, name):
 
 def test_try_a_message_explains_tier_max_tokens_and_rules(seeded, server_url, new_page, shot):
     page = new_page()
-    login(page, server_url, "agent")
-    page.goto(f"{server_url}/templates/chat-default/v1/")
+    open_signed_in(page, server_url, "agent", "/templates/chat-default/v1/")
     _explain(page, "我付了¥299.00怎么还显示未支付，订单号 DD20241111887766")
     page.locator("#explain-result").wait_for()
     assert "strict" in _value(page, "tier") and "regex" in _value(page, "tier")

@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.accounts.models import User
 from controlplane.tuning.models import TuningStudy
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.engine_node.fleet import wait_until
 from tests.replays.logs import log_lines, store_log
 
@@ -22,10 +22,9 @@ def test_sre_starts_a_study_follows_it_live_and_finds_the_best_draft(staging_ser
     # Other demo nodes of staging that never connect are left out of the ACK wait (connected nodes only).
     store_log(User.objects.get(username="agent"), log_lines(300))
     page = new_page()
-    login(page, server.url, "sre")
     page_errors = []
     page.on("pageerror", lambda error: page_errors.append(error))
-    page.goto(f"{server.url}/tuning/new/")
+    open_signed_in(page, server.url, "sre", "/tuning/new/")
     pools = page.locator("select[name=pool] option").all_inner_texts()
     assert "staging" in pools and "prod-main" not in pools
     page.select_option("select[name=log]", "festival-log")
@@ -36,7 +35,7 @@ def test_sre_starts_a_study_follows_it_live_and_finds_the_best_draft(staging_ser
     page.select_option("select[name=sampler]", "grid")
     page.fill("input[name=budget]", "2")
     page.fill("input[name=qps]", "10")
-    page.fill("input[name=duration_s]", "3")
+    page.fill("input[name=duration_s]", "2")
     page.fill("input[name=p99_max_s]", "5")
     page.fill("input[name=error_rate_max]", "0.2")
     page.fill("input[name=label]", "first-turn cap")

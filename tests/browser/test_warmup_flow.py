@@ -5,7 +5,7 @@ import pytest
 
 from controlplane.audit.models import AuditEntry
 from controlplane.datasets.models import PoolWarmup, WarmupDataset
-from tests.browser.test_dashboard_flow import login
+from tests.browser.sessions import open_signed_in
 from tests.datasets.warmup_data import CONVERSATIONS, EXPECTED_TOP, conversation_lines
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -28,7 +28,7 @@ def create_from_log(page, base: str, name: str, log: str, top_n: int) -> None:
 def test_derive_from_a_log_preview_and_assign_to_staging(seeded, server_url, new_page, shot):
     base = server_url
     page = new_page()
-    login(page, base, "sre")
+    open_signed_in(page, base, "sre", "/templates/")
     page.click("nav >> text=Warmup")
     page.wait_for_url(f"{base}/warmup/")
     # The demo's dataset is every pool's warmup already.

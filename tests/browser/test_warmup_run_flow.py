@@ -14,8 +14,8 @@ from controlplane.audit.models import AuditEntry
 from controlplane.datasets.models import WarmupDatasetVersion
 from controlplane.nodes.models import EngineNode, NodeCommand, Pool
 from controlplane.nodes.services.engine_nodes import node_create
+from tests.browser.sessions import open_signed_in
 from tests.browser.test_cleanup_flow import engine_url
-from tests.browser.test_dashboard_flow import login
 from tests.engine_node.fleet import FAST_PROFILE, AgentProcess, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -60,8 +60,7 @@ def test_sre_warms_up_a_node_and_follows_the_progress_bar_live(seeded, server_ur
         assert last["done"] == last["total"] == dataset.message_count, last
 
         page = new_page()
-        login(page, server_url, "sre")
-        page.goto(f"{server_url}/nodes/gpu-w1/")
+        open_signed_in(page, server_url, "sre", "/nodes/gpu-w1/")
         cell = page.locator("[data-testid=warmup-cell] [data-testid=warmup]")
         assert cell.get_attribute("data-state") == "passed"
         assert f"{last['trigger']}: p99" in cell.inner_text()
