@@ -81,7 +81,7 @@ test:
 # the end and every test's time is in test-artifacts/junit.xml: the suite must stay under 20 minutes
 # (docs/testing.md).
 suite: install-dev
-	@mkdir -p test-artifacts
+	@mkdir -p test-artifacts && rm -f test-artifacts/timeline-*.jsonl
 	$(TEST_ENV) VLLM_ENV_STATUS=$(CURDIR)/test-artifacts/vllm-env.status CONTROLPLANE_TEST_NO_SKIP=1 \
 	  $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=25 --junitxml=test-artifacts/junit.xml tests; \
 	status=$$?; if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status

@@ -138,6 +138,7 @@ def pytest_configure(config):
         raise pytest.UsageError("parallel workers need `-p tests.workers` (a Redis database each): see docs/testing.md")
     if os.environ.get("CONTROLPLANE_TEST_TIER") == "quick":
         refuse_processes()
+    config.pluginmanager.register(RunOrder(), "controlplane-run-order")
 
 
 def refuse_processes() -> None:
@@ -159,28 +160,53 @@ def refuse_processes() -> None:
 def pytest_collection_modifyitems(config, items):
     """Every test that starts a process carries `fleet` as well as the marker that says which (-m fleet runs that
     tier). Parallel workers take a module at a time (its group), except that every vLLM test is in one group: vLLM
-    on the CPU takes every core it finds, and two at once on a 2-core machine time each other out. Browser tests run
-    last: their event loop must not precede async_to_sync users. Before them, the engine and fleet tiers go first,
-    so that parallel workers start the longest files early and end together."""
+    on the CPU takes every core it finds, and two at once on a 2-core machine time each other out. The order the
+    groups run in is `order_the_run`'s."""
     for item in items:
         if any(item.get_closest_marker(name) for name in PROCESS_MARKERS):
             item.add_marker(pytest.mark.fleet)
         group = "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
 
-    def order(item) -> tuple[bool, bool, int, bool]:
-        browser = item.get_closest_marker("browser") is not None
+
+class RunOrder:
+    """Registered in pytest_configure: its sort runs after pytest-django's own, which it replaces."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        order_the_run(items)
+
+
+def order_the_run(items) -> None:
+    """The order a worker runs its tests in (pytest-xdist hands the groups out in this order):
+
+    1. tests in a rolled-back transaction, and tests without a database: first, as Django runs them, since a
+       transactional test's flush empties the rows the migrations wrote;
+    2. transactional tests (every vLLM test with them: a group stays together), the vLLM group first and the fleet
+       tier next, so that workers start the longest files early and end together;
+    3. browser tests last of all: Playwright's sync API runs an event loop on the worker's thread for as long as its
+       Chromium (one a worker) lives, and async_to_sync refuses to run beside it."""
+    transactional = {item.nodeid for item in items if _transactional(item)}
+
+    def order(item) -> tuple:
         vllm = item.get_closest_marker("vllm")
-        return browser, vllm is None, shared_vllm_order(item, vllm), item.get_closest_marker("fleet") is None
+        section = 2 if item.get_closest_marker("browser") else 1 if vllm or item.nodeid in transactional else 0
+        return section, vllm is None, shared_vllm_order(item, vllm), item.get_closest_marker("fleet") is None
 
     items.sort(key=order)
+
+
+def _transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    if marker is not None and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")):
+        return True
+    return bool({"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())))
 
 
 def shared_vllm_order(item, vllm) -> int:
     """Among the vLLM tests that share one agent (tests/engine_node/vllm_node.py): the one that starts it itself
     first (`pytest.mark.vllm(shared_node="starts")`), then the others, and last the one that leaves its engine on
-    other flags (`"changes"`). pytest-django then moves the tests without a transactional database after them (the
-    vLLM tests without the agent among those), keeping this order within each kind."""
+    other flags (`"changes"`); the vLLM tests without the agent before them all."""
     if vllm is None or "vllm_node" not in item.fixturenames:
         return 0
     return {"starts": 1, "changes": 3}.get(vllm.kwargs.get("shared_node"), 2)

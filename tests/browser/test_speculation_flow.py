@@ -70,7 +70,7 @@ def test_the_node_page_shows_the_rule_turning_speculation_off(seeded, server_url
         cell = page.locator("[data-testid=speculation-cell]")
         assert cell.locator(".badge").text_content() == "off"
         change = page.locator("[data-testid=speculation-change]").inner_text()
-        assert "draft rejection above 40% for 3 consecutive 2 s windows" in change, change
+        assert f"draft rejection above 40% for 3 consecutive {RULE['window_s']} s windows" in change, change
         command = NodeCommand.objects.get(op="speculation_off")
         row = page.locator(f'tr[data-command="{command.pk}"]')
         assert "Speculative decoding off" in row.inner_text() and "automatic" in row.inner_text()
