@@ -361,8 +361,8 @@ def ends_mid_sentence(text: str) -> bool:
     if end == 0:
         return False
     last = stripped[end - 1]
-    if last in _OPENERS:
-        return True
+    if last in _OPENERS or last == "\ufffd":
+        return True  # U+FFFD: the cap fell between the bytes of one character (a byte-level token), mid-word
     if last in _SENTENCE_END:
         return False
     # Emoji and other symbols close a chat sentence as often as a full stop does.

@@ -23,6 +23,8 @@ def slow_request(agent: AgentProcess, latency_factor: float = 400, tokens: int =
     """A `tokens`-token request on an engine slowed down, so the cleanup's drain takes a few seconds (or, with a
     large `latency_factor` or many tokens, until `engine_speed(agent, 1)`). A step under way when the engine is sped
     up again still ends at its slow time: many short steps end the request sooner than few long ones."""
+    # A node that has just connected may still be warming up (503 "warming up"): only an online node takes it.
+    wait_until(lambda: agent.health().get("status") == "online", 30, "the node to be online")
     engine_speed(agent, latency_factor)
     body = {"model": agent.model, "messages": [{"role": "user", "content": "退货"}], "max_tokens": tokens}
     body.update(min_tokens=tokens, ignore_eos=True)

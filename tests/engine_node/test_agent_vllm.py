@@ -14,6 +14,7 @@ import pytest
 from controlplane.nodes.models import EngineNode
 from controlplane.nodes.services.pools import pool_publish
 from controlplane.params.services.templates import template_create, template_version_create
+from engine_node.policy.rules import ends_mid_sentence
 from tests.engine_node.conftest import SERVED_MODEL_NAME
 from tests.engine_node.fleet import engine_cmdline, flag_value, wait_until
 from tests.engine_node.vllm_node import QUEUE_TIMEOUT_S
@@ -112,7 +113,9 @@ def check_openai_client(agent) -> None:
         if rounds >= 1:
             break
         content = reply.choices[0].message.content
-        assert not content.strip() or content.rstrip()[-1] in ".!?。！？" or content.endswith("\n\n"), content
+        # Not continued: the product's own sentence rule says the cut ended a sentence (a full stop, an emoji, a
+        # paragraph break), which the random-weight model lands on now and then.
+        assert not ends_mid_sentence(content), content
     assert rounds >= 1, "no reply cut mid-sentence was continued"
     # The continuation's tokens are the reply's: more than one round's cap, at most one cap per round.
     assert 16 < reply.usage.completion_tokens <= 16 * (1 + rounds)

@@ -274,7 +274,15 @@ def test_a_cleanup_whose_drain_outlasts_its_bound_resumes_and_drops_nothing(flee
     set_faults(agent, latency_factor=1250)  # ~0.6 s per decode step: 16 tokens take ~10 s, past the 5 s bound
     caller, slow = start_slow_request(agent)
     command = node_command_request(actor=sre, node=node, op="cleanup", reason="try it under a slow request")
-    wait_until(lambda: finished(command), 60, "the cleanup to give up")
+    wait_until(
+        lambda: finished(command),
+        60,
+        "the cleanup to give up",
+        explain=lambda: (
+            f"command {command.state} sent {command.sent_at} result {command.result!r}; "
+            f"node {agent.health()}; request {slow}"
+        ),
+    )
     assert caller.is_alive() and "status" not in slow, "it gave up on its bound, while the request still ran"
     assert command.state == "failed"
     result = json.loads(command.result)

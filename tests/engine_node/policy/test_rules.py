@@ -187,6 +187,8 @@ def test_an_invalid_pattern_fails_when_the_policy_is_compiled():
         ("好的！", False),
         ("「已为您登记。」", False),
         ("收到啦 😊", False),
+        ("您购买的\ufffd", True),  # a cap between the bytes of one character: detokenised as U+FFFD
+        ("个月买的\ufffd\ufffd`", True),
         ("Steps:\n1. Open the app,", True),
         ("First paragraph ends here\n\n", False),
         ("", False),
