@@ -186,11 +186,10 @@ def order_the_run(items) -> None:
        tier next, so that workers start the longest files early and end together;
     3. browser tests last of all: Playwright's sync API runs an event loop on the worker's thread for as long as its
        Chromium (one a worker) lives, and async_to_sync refuses to run beside it."""
-    transactional = {item.nodeid for item in items if _transactional(item)}
 
     def order(item) -> tuple:
         vllm = item.get_closest_marker("vllm")
-        section = 2 if item.get_closest_marker("browser") else 1 if vllm or item.nodeid in transactional else 0
+        section = 2 if item.get_closest_marker("browser") else 1 if vllm or _transactional(item) else 0
         return section, vllm is None, shared_vllm_order(item, vllm), item.get_closest_marker("fleet") is None
 
     items.sort(key=order)

@@ -45,6 +45,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 
 GROUPS_DIR = "controlplane_groups_dir"
+GROUPS_KEY = pytest.StashKey[str]()  # the controller's directory of the workers' group files
 
 
 class GroupScheduling(LoadScopeScheduling):
@@ -63,9 +64,6 @@ class GroupScheduling(LoadScopeScheduling):
             self._groups = json.loads(files[0].read_text()) if files else {}
         group = self._groups.get(nodeid)
         return f"@{group}" if group else super()._split_scope(nodeid)
-
-
-GROUPS_KEY = pytest.StashKey[str]()
 
 
 def pytest_configure(config):

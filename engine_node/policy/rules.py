@@ -337,8 +337,9 @@ class Policy:
 
 _SENTENCE_END = set("。！？!?.…；;~～")
 _CLOSERS = set("\"'”’」』）)]】》>*_`")
-# A reply cut right after one of these is obviously unfinished even though it is punctuation.
-_OPENERS = set(",，、:：(（[【《“‘-—")
+# A reply cut right after one of these is obviously unfinished even though it is punctuation; U+FFFD is what a cap
+# between the bytes of one character (a byte-level token) leaves: cut mid-word.
+_OPENERS = set(",，、:：(（[【《“‘-—\ufffd")
 
 
 def strict_scope(texts: Sequence[str]) -> str:
@@ -361,8 +362,8 @@ def ends_mid_sentence(text: str) -> bool:
     if end == 0:
         return False
     last = stripped[end - 1]
-    if last in _OPENERS or last == "\ufffd":
-        return True  # U+FFFD: the cap fell between the bytes of one character (a byte-level token), mid-word
+    if last in _OPENERS:
+        return True
     if last in _SENTENCE_END:
         return False
     # Emoji and other symbols close a chat sentence as often as a full stop does.

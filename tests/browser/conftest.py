@@ -95,8 +95,20 @@ def shot():
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     def take(page, name: str) -> Path:
+        """A full-page screenshot once the page has loaded. Chromium refuses a capture while a page that has just
+        navigated has not drawn its first frame yet ("Unable to capture screenshot"): then it waits for that frame
+        and tries once more."""
+        from playwright.sync_api import Error as PlaywrightError  # as the browser fixture: only where it runs
+
         path = SCREENSHOTS / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        page.wait_for_load_state("load")
+        try:
+            page.screenshot(path=str(path), full_page=True)
+        except PlaywrightError as exc:
+            if "Unable to capture screenshot" not in str(exc):
+                raise
+            page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => requestAnimationFrame(resolve)))")
+            page.screenshot(path=str(path), full_page=True)
         return path
 
     return take
