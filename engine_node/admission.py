@@ -120,6 +120,11 @@ class Admission:
     def waiting(self) -> int:
         return len(self._short.waiters) + len(self._long.waiters)
 
+    @property
+    def admitted_total(self) -> int:
+        """Requests released to the engine since the agent started."""
+        return self._short.admitted + self._long.admitted
+
     def admitted(self, *, prompt_tokens: int = 0, batch: dict | None = None) -> _Ticket:
         """`async with admission.admitted(prompt_tokens=n, batch=params["batch"]):` forward one request.
 

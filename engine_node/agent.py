@@ -375,6 +375,7 @@ class Agent(PushedDocuments, NodeOperations, SpeculationControl, NodeReports):
         if status == self.status:
             return
         self.status = status
+        self.memory_cleanup.unsettle()
         if self.link is not None and self.link.connected.is_set():
             self._spawn(self.link.send(self.heartbeat()))
 

@@ -123,7 +123,7 @@ class NodeOperations:
     async def _cleanup_check(self) -> None:
         if self.status != "online" or self._held or self._apply_lock.locked():
             return
-        reading = await self.memory_cleanup.read()
+        reading = await self.memory_cleanup.check_reading()
         params = cleanup_params(self.config.content if self.config else None)
         trigger = self.memory_cleanup.due(params, reading)
         if trigger is None:

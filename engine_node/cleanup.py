@@ -39,6 +39,12 @@ log = logging.getLogger("engine_node.cleanup")
 # the control plane; tests/engine_node/test_cleanup_units.py fails when the two drift apart.
 DEFAULTS = {"fragmentation_threshold": 0.35, "interval_s": 0, "cooldown_s": 300, "max_duration_s": 60}
 CHECK_PERIOD_S = 2.0
+# On vLLM, the allocator's state changes only when the engine works: while no request has started since the last
+# reading and the node has stayed online, the check reuses that reading, reading again after this long at most.
+# Each read is a workers' call, and vLLM's multiprocess executor (tensor parallelism, and every engine of the CPU
+# build) spins a worker on a core for a second after each call it answers: read every 2 s, an idle engine kept half
+# a core busy.
+SETTLED_REREAD_S = 30.0
 # An unanswered or refused lease request is asked again after this long.
 REQUEST_RETRY_S = 5.0
 # A cleanup command arriving this soon after our own request is taken to be its grant (for the trigger label).
@@ -96,6 +102,9 @@ class MemoryCleanup:
         self.drain_timeout_s = drain_timeout_s
         self.last_reading: dict | None = None
         self.last_read_at: float | None = None  # monotonic; the sample shows last_reading while it is fresh
+        # The admissions counted when the last reading was taken with nothing in flight, until the node's status
+        # changes (unsettle): the reading holds while that count stays the same (settled).
+        self._settled_at_count: int | None = None
         # The workers' devices of the last reading that had them: the GPUs the engine runs on (telemetry/gpu.py).
         self.last_workers: list[dict] | None = None
         self.last_result: dict | None = None
@@ -118,18 +127,40 @@ class MemoryCleanup:
 
     async def read(self, timeout_s: float = RPC_TIMEOUT_S) -> dict | None:
         """The engine's memory figures now (also kept as last_reading)."""
+        count = self.admission.admitted_total if self.admission.in_flight == 0 else None
         self.last_reading = await read_fragmentation(
             self._http(), self.engine_url(), self.backend, timeout_s, calls=self.calls
         )
         self.last_read_at = time.monotonic()
+        quiet = self.backend == "vllm" and self.last_reading is not None and self.admission.in_flight == 0
+        self._settled_at_count = count if quiet and count == self.admission.admitted_total else None
         workers = (self.last_reading or {}).get("per_worker")
         if workers and any(w.get("device_uuid") for w in workers):
             self.last_workers = workers
         return self.last_reading
 
+    def settled(self) -> bool:
+        """Whether the last reading still describes the engine: on vLLM, taken with nothing in flight, no request
+        started since, and the node's status unchanged (a drain, a cleanup or a restart unsettles it)."""
+        return (
+            self._settled_at_count is not None
+            and self.admission.in_flight == 0
+            and self.admission.admitted_total == self._settled_at_count
+        )
+
+    def unsettle(self) -> None:
+        self._settled_at_count = None
+
+    async def check_reading(self) -> dict | None:
+        """The reading the automatic check decides on: the last one while it is settled (and under
+        SETTLED_REREAD_S old), else a new one."""
+        if self.settled() and time.monotonic() - self.last_read_at < SETTLED_REREAD_S:
+            return self.last_reading
+        return await self.read()
+
     def fragmentation_figure(self) -> tuple[float | None, str | None]:
-        """The sample's fragmentation from the last reading while it is fresh, else None and why."""
-        return fragmentation_figure(self.last_reading, self.last_read_at, time.monotonic())
+        """The sample's fragmentation from the last reading while it is fresh or settled, else None and why."""
+        return fragmentation_figure(self.last_reading, self.last_read_at, time.monotonic(), settled=self.settled())
 
     def due(self, params: dict, reading: dict | None, now: float | None = None) -> str | None:
         """The trigger ("threshold" or "timer") of an automatic cleanup due now, else None."""

@@ -23,6 +23,7 @@ def main() -> None:
         raise SystemExit(f"no timeline-*.jsonl under {args.artifacts}: run pytest with -p tests.timeline")
     origin = min(entry["start"] for tests in workers.values() for entry in tests)
     modules: Counter = Counter()
+    cpu: Counter = Counter()
     for worker, tests in workers.items():
         tests.sort(key=lambda entry: entry["start"])
         busy = sum(entry["stop"] - entry["start"] for entry in tests)
@@ -33,8 +34,13 @@ def main() -> None:
         )
         for entry in tests:
             modules[entry["test"].split("::")[0]] += entry["stop"] - entry["start"]
-    print(f"\nthe {args.top} costliest modules (seconds from first setup to last teardown, summed):")
+            cpu[entry["test"].split("::")[0]] += entry.get("cpu", 0.0)
+    print(f"\nCPU in all: {sum(cpu.values()):.0f} s (the workers' own and their child processes')")
+    print(f"\nthe {args.top} costliest modules (wall seconds from first setup to last teardown, summed; CPU seconds):")
     for module, seconds in modules.most_common(args.top):
+        print(f"{seconds:8.1f} {cpu[module]:8.1f}  {module}")
+    print(f"\nthe {args.top} modules that cost most CPU:")
+    for module, seconds in cpu.most_common(args.top):
         print(f"{seconds:8.1f}  {module}")
 
 

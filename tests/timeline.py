@@ -1,14 +1,23 @@
 """When each test ran, and on which worker: test-artifacts/timeline-<worker>.jsonl, one line a test (its module, its
-first moment of setup and last of teardown, its phases' seconds). Loaded by `make test` (`-p tests.timeline`);
-`scripts/suite_timeline.py` reads the files and says how busy each worker was and when each finished, which is
-what decides the suite's wall time (docs/testing.md)."""
+first moment of setup and last of teardown, its phases' seconds, and the CPU seconds it cost: the worker's own and
+its child processes' that ended in it, a daphne, an agent and the vLLM under it). Loaded by `make test`
+(`-p tests.timeline`); `scripts/suite_timeline.py` reads the files and says how busy each worker was and when each
+finished, which is what decides the suite's wall time, and which modules cost the most CPU (docs/testing.md)."""
 
 import json
 import os
+import resource
 from pathlib import Path
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 _tests: dict[str, dict] = {}
+_cpu_mark: list[float] = []
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user and system) of this process and of every child it has waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_runtest_logreport(report):
@@ -18,6 +27,14 @@ def pytest_runtest_logreport(report):
     entry["start"] = min(entry["start"], report.start)
     entry["stop"] = max(entry.get("stop", report.stop), report.stop)
     entry["phases"][report.when] = round(report.stop - report.start, 3)
+    if report.when == "teardown":
+        now = _cpu_s()
+        entry["cpu"] = round(now - (_cpu_mark[0] if _cpu_mark else now), 3)
+        _cpu_mark[:] = [now]
+
+
+def pytest_sessionstart(session):
+    _cpu_mark[:] = [_cpu_s()]
 
 
 def pytest_sessionfinish(session):

@@ -81,6 +81,8 @@ def test_agent_runs_real_vllm_and_applies_a_cold_change(vllm_node, tiny_model_di
     wait_until(lambda: EngineNode.objects.get(pk=node.pk).applied_hash == v2.content_hash, 240, "ACK of v2")
     new_pid = agent.health()["engine_pid"]
     assert new_pid != first_pid
+    # The old engine stopped on the agent's SIGTERM, within its grace (engine.py logs a SIGKILL otherwise).
+    assert "ignored SIGTERM" not in agent.log_path.read_text(errors="replace")
     assert flag_value(engine_cmdline(new_pid), "--max-num-seqs") == "2"
     assert agent.chat("Thanks!")[0] == 200
 

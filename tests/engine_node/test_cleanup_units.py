@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from engine_node.admission import Admission
-from engine_node.cleanup import DEFAULTS, REQUEST_RETRY_S, MemoryCleanup, cleanup_params
+from engine_node.cleanup import DEFAULTS, REQUEST_RETRY_S, SETTLED_REREAD_S, MemoryCleanup, cleanup_params
 from engine_node.fragmentation import read_fragmentation, summarise
 from tests.engine_node.fleet import wait_until
 from tests.live_server import ROOT, free_port
@@ -148,6 +148,46 @@ def test_cleanup_drains_resets_and_brings_fragmentation_down(simulator):
     assert reopened == [True]
     assert steps[0].startswith("draining")
     json.dumps(result)  # plain JSON, as the command result carries it
+
+
+@pytest.mark.subprocess
+def test_an_idle_vllm_engine_is_read_once_until_a_request_starts_or_the_status_changes(simulator):
+    """The automatic check's reading on vLLM (the simulator answers the same workers' call): taken again only when
+    the engine has worked since, the node's status changed, or SETTLED_REREAD_S passed; on the simulator always."""
+
+    async def scenario():
+        admission = Admission(queue_timeout_s=10)
+        vllm = MemoryCleanup(engine_url=lambda: simulator, backend="vllm", admission=admission, drain_timeout_s=5)
+        sim = MemoryCleanup(engine_url=lambda: simulator, backend="simulator", admission=admission, drain_timeout_s=5)
+        reads = []
+
+        async def check(cleanup):
+            before = cleanup.last_read_at
+            reading = await cleanup.check_reading()
+            reads.append(cleanup.last_read_at != before)
+            return reading
+
+        async with aiohttp.ClientSession() as http:
+            first = await check(vllm)
+            assert first["fragmentation"] is not None and vllm.settled()
+            assert await check(vllm) is first  # idle: the same reading, no call
+            async with admission.admitted(prompt_tokens=10):
+                assert not vllm.settled()  # in flight
+                assert await chat(http, simulator, "怎么退货") == 200
+            await check(vllm)  # a request ran since: read again
+            await check(vllm)  # and settled again
+            vllm.unsettle()  # the node's status changed (a drain, a restart)
+            await check(vllm)
+            vllm.last_read_at -= SETTLED_REREAD_S  # settled, but as old as the re-read bound
+            await check(vllm)
+            await check(sim)
+            await check(sim)  # the simulator's faults move its figures without traffic: read every time
+            assert not sim.settled()
+            await vllm.close()
+            await sim.close()
+        return reads
+
+    assert asyncio.run(scenario()) == [True, False, True, False, True, True, True, True]
 
 
 @pytest.mark.subprocess

@@ -109,6 +109,8 @@ def test_fragmentation_from_the_worker_extension_is_cached_and_goes_stale():
     cuda = {"device": "cuda", "fragmentation": 0.27, "reserved_bytes": 100, "inactive_split_bytes": 27}
     assert memory.fragmentation_figure(cuda, 100.0, 105.0) == (0.27, None)
     assert memory.fragmentation_figure(cuda, 100.0, 100.0 + memory.STALE_S + 1) == (None, memory.STALE)
+    # Settled (online, nothing started on the engine since): the allocator has not changed, the reading stands.
+    assert memory.fragmentation_figure(cuda, 100.0, 100.0 + memory.STALE_S + 1, settled=True) == (0.27, None)
     assert memory.fragmentation_figure(None, None, 1.0) == (None, memory.NO_READING)
     assert memory.fragmentation_figure(None, 1.0, 2.0) == (None, memory.NOT_ANSWERED)
     cpu = {"device": "cpu", "fragmentation": None}

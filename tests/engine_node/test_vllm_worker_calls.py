@@ -1,5 +1,7 @@
-"""On the vLLM CPU build with its multiprocess executor (the one tensor parallelism uses): a workers' call the agent
-stopped waiting for leaves the engine serving, while the same call with an engine-side `timeout` kills it.
+"""One vLLM server on the CPU build with its multiprocess executor (the one tensor parallelism uses), for two tests in
+this order: it serves the generated tiny model's chat and exports its metrics; and a workers' call the agent stopped
+waiting for leaves the engine serving, while the same call with an engine-side `timeout` kills it (that test ends the
+server). One start instead of two: a vLLM start costs ~30 s of both cores.
 
 vLLM's MultiprocExecutor.collective_rpc takes `timeout` as the deadline of its wait for the workers' replies; past
 it, it raises and leaves the replies in the response queue, where the next model step reads one as its output. On a
@@ -12,12 +14,22 @@ The same run checks that the extension finds the real worker's KV cache (`model_
 
 import asyncio
 import json
+import os
 
 import aiohttp
 import pytest
 
 from engine_node.fragmentation import WORKER_EXTENSION_DIR, EngineCallFailed, WorkerCalls
-from tests.engine_node.conftest import VllmServerError
+from tests.engine_node.conftest import (
+    DEFAULT_SERVER_ARGS,
+    SERVED_MODEL_NAME,
+    STARTUP_TIMEOUT_S,
+    VLLM_ENV,
+    VllmServer,
+    VllmServerError,
+    get_free_port,
+    metric_value,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -42,12 +54,49 @@ def kv_bytes_per_block(model_dir) -> int:
     return 2 * config["num_hidden_layers"] * heads * config["head_dim"] * 2
 
 
-def test_a_late_reply_never_reaches_a_model_step(start_vllm, tiny_model_dir, tmp_path):
-    (tmp_path / "late_extension.py").write_text(LATE_EXTENSION)
-    server = start_vllm(
-        ["--distributed-executor-backend=mp", "--worker-extension-cls=late_extension.LateWorkerExtension"],
-        env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": f"{tmp_path}:{WORKER_EXTENSION_DIR}"},
+@pytest.fixture(scope="module")
+def server(vllm_python, tiny_model_dir, tmp_path_factory):
+    """The module's server: the defaults, the multiprocess executor and the late worker extension, in dev mode."""
+    work = tmp_path_factory.mktemp("vllm-late")
+    (work / "late_extension.py").write_text(LATE_EXTENSION)
+    env = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": f"{work}:{WORKER_EXTENSION_DIR}"}
+    args = ["--distributed-executor-backend=mp", "--worker-extension-cls=late_extension.LateWorkerExtension"]
+    server = VllmServer(
+        vllm_python,
+        tiny_model_dir,
+        [*DEFAULT_SERVER_ARGS, *args],
+        port=get_free_port(),
+        log_path=work / "server.log",
+        env=dict(os.environ, **VLLM_ENV, **env),
     )
+    try:
+        yield server.start(STARTUP_TIMEOUT_S)
+    finally:
+        server.stop()
+
+
+def test_tiny_model_serves_chat_and_exports_metrics(server):
+    before = server.metrics()
+    assert metric_value(before, "vllm:num_requests_running") is not None
+    generated_before = metric_value(before, "vllm:generation_tokens_total")
+    assert generated_before is not None
+
+    # ignore_eos: a random-weight model may pick EOS first; this makes the token count exact.
+    reply = server.chat("我的订单到哪里了？ Where is my order?", max_tokens=8, temperature=0, ignore_eos=True)
+    assert reply["model"] == SERVED_MODEL_NAME
+    choice = reply["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str)
+    assert choice["message"]["content"]
+    assert choice["finish_reason"] == "length"
+    assert reply["usage"]["completion_tokens"] == 8
+
+    after = server.metrics()
+    assert metric_value(after, "vllm:num_requests_running") == 0
+    assert metric_value(after, "vllm:generation_tokens_total") >= generated_before + 8
+
+
+def test_a_late_reply_never_reaches_a_model_step(server, tiny_model_dir):
     assert "multiproc_executor.py" in server.log_tail(400)  # the executor tensor parallelism runs on
 
     async def agent_side():
