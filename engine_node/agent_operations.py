@@ -91,6 +91,9 @@ class NodeOperations:
             except EngineStartFailed as exc:
                 await progress("failed", result=str(exc))
                 await self._recover()
+            except Exception as exc:  # the command ends with a state the operator sees, never in "running" for good
+                log.exception("command %s (%s) failed unexpectedly", command_id, op)
+                await progress("failed", result=f"the agent failed unexpectedly: {exc!r}"[:500])
 
     def _busy_text(self) -> str:
         """What holds the apply lock, for a command that has to wait for it."""

@@ -264,6 +264,9 @@ class MemoryCleanup:
             return await asyncio.wait_for(self.read(READ_TIMEOUT_S), READ_TIMEOUT_S + 1)
         except (TimeoutError, aiohttp.ClientError, EngineCallFailed):
             return None
+        except Exception:  # a figure is recorded as absent; the cleanup itself must still run and end
+            log.exception("reading the engine's memory figures for a cleanup failed")
+            return None
 
     async def _reset_prefix_cache(self) -> None:
         """POST /reset_prefix_cache; vLLM answers {"success": false} while any block is held (a liveness probe

@@ -115,7 +115,9 @@ class WorkerCalls:
                 f"collective_rpc {method}: no answer within {wait_s:g}s (a long engine step, or a busy engine); the "
                 "call stays outstanding inside the engine and the next read waits for it"
             )
-        del self._outstanding[key]
+        # Two callers can wait on one call (the periodic check's and a cleanup's reading): the first to wake forgets it.
+        if self._outstanding.get(key) is task:
+            del self._outstanding[key]
         return task.result()
 
     def outstanding(self) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 
 from engine_node.admission import Admission
 from engine_node.cleanup import DEFAULTS, REQUEST_RETRY_S, SETTLED_REREAD_S, MemoryCleanup, cleanup_params
-from engine_node.fragmentation import read_fragmentation, summarise
+from engine_node.fragmentation import STATS_METHOD, WorkerCalls, read_fragmentation, summarise
 from tests.engine_node.fleet import wait_until
 from tests.live_server import ROOT, free_port
 
@@ -148,6 +148,27 @@ def test_cleanup_drains_resets_and_brings_fragmentation_down(simulator):
     assert reopened == [True]
     assert steps[0].startswith("draining")
     json.dumps(result)  # plain JSON, as the command result carries it
+
+
+@pytest.mark.subprocess
+def test_two_readers_waiting_on_one_workers_call_both_get_its_answer(simulator):
+    """The periodic check's reading and a cleanup's can wait on the same outstanding call: both get the workers'
+    results when it answers (the second used to fail with a KeyError, which left the cleanup command unfinished)."""
+
+    async def scenario():
+        async with aiohttp.ClientSession() as http:
+            calls = WorkerCalls(lambda: http)
+            first, second = await asyncio.gather(
+                calls.call(simulator, STATS_METHOD, 10), calls.call(simulator, STATS_METHOD, 10)
+            )
+            again = await calls.call(simulator, STATS_METHOD, 10)  # a new call once that one has answered
+            left = calls.outstanding()
+            await calls.close()
+        return first, second, again, left
+
+    first, second, again, left = asyncio.run(scenario())
+    assert first == second and len(first) == 1 and "fragmentation" in first[0]
+    assert len(again) == 1 and left == []
 
 
 @pytest.mark.subprocess
