@@ -8,6 +8,7 @@
 - start_vllm(args=(), *, model=None, env=None, ...): starts `python -m vllm.entrypoints.openai.api_server`
   on a free port, waits until a real 1-token chat completion succeeds, and returns a VllmServer.
   Every server it started is stopped (SIGTERM, then SIGKILL of its process group) at teardown.
+  start_module_vllm: the same for a server the tests of one module share.
 - vllm_node: this test's pool `cpu`, node `cpu-1` and daphne around the session's one agent on real vLLM
   (`vllm_node.connect()`, `vllm_node.start_fresh(config)`; tests/engine_node/vllm_node.py says what is reset).
 """
@@ -265,9 +266,9 @@ def free_port() -> int:
     return get_free_port()
 
 
-@pytest.fixture
-def start_vllm(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
-    """start_vllm(args=(), *, model=None, env=None, defaults=True, timeout=...) -> a ready VllmServer."""
+def _vllm_starter(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
+    """start(args=(), *, model=None, env=None, defaults=True, timeout=...) -> a ready VllmServer; every server it
+    started stops when the generator is closed."""
     servers: list[VllmServer] = []
 
     def start(
@@ -292,9 +293,23 @@ def start_vllm(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
         servers.append(server)
         return server.start(timeout)
 
-    yield start
-    for server in servers:
-        server.stop()
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def start_vllm(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
+    """start_vllm(args=(), *, model=None, env=None, defaults=True, timeout=...) -> a ready VllmServer."""
+    yield from _vllm_starter(vllm_python, tiny_model_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def start_module_vllm(vllm_python, tiny_model_dir, tmp_path_factory) -> Iterator:
+    """As start_vllm, for a server the tests of one module share (stopped after the module's last test)."""
+    yield from _vllm_starter(vllm_python, tiny_model_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -14,22 +14,12 @@ The same run checks that the extension finds the real worker's KV cache (`model_
 
 import asyncio
 import json
-import os
 
 import aiohttp
 import pytest
 
 from engine_node.fragmentation import WORKER_EXTENSION_DIR, EngineCallFailed, WorkerCalls
-from tests.engine_node.conftest import (
-    DEFAULT_SERVER_ARGS,
-    SERVED_MODEL_NAME,
-    STARTUP_TIMEOUT_S,
-    VLLM_ENV,
-    VllmServer,
-    VllmServerError,
-    get_free_port,
-    metric_value,
-)
+from tests.engine_node.conftest import SERVED_MODEL_NAME, VllmServerError, metric_value
 
 pytestmark = pytest.mark.vllm
 
@@ -55,24 +45,14 @@ def kv_bytes_per_block(model_dir) -> int:
 
 
 @pytest.fixture(scope="module")
-def server(vllm_python, tiny_model_dir, tmp_path_factory):
+def server(start_module_vllm, tmp_path_factory):
     """The module's server: the defaults, the multiprocess executor and the late worker extension, in dev mode."""
     work = tmp_path_factory.mktemp("vllm-late")
     (work / "late_extension.py").write_text(LATE_EXTENSION)
-    env = {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": f"{work}:{WORKER_EXTENSION_DIR}"}
-    args = ["--distributed-executor-backend=mp", "--worker-extension-cls=late_extension.LateWorkerExtension"]
-    server = VllmServer(
-        vllm_python,
-        tiny_model_dir,
-        [*DEFAULT_SERVER_ARGS, *args],
-        port=get_free_port(),
-        log_path=work / "server.log",
-        env=dict(os.environ, **VLLM_ENV, **env),
+    return start_module_vllm(
+        ["--distributed-executor-backend=mp", "--worker-extension-cls=late_extension.LateWorkerExtension"],
+        env={"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": f"{work}:{WORKER_EXTENSION_DIR}"},
     )
-    try:
-        yield server.start(STARTUP_TIMEOUT_S)
-    finally:
-        server.stop()
 
 
 def test_tiny_model_serves_chat_and_exports_metrics(server):
